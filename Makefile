@@ -1,0 +1,27 @@
+# One-command set-up: `make demo` and `make test` create or update .venv idempotently.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: venv demo test lint clean
+
+venv: $(STAMP)
+
+$(STAMP): setup.py constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -c constraints.txt -e '.[ros-pip,test]'
+	touch $(STAMP)
+
+demo: venv
+	$(PY) -m alpamayo_offload.demo
+
+test: venv
+	$(PY) -m pytest -q
+
+lint: venv
+	$(PY) -m ruff check alpamayo_offload test bench launch
+
+clean:
+	rm -rf $(VENV) build install log *.egg-info
