@@ -1,0 +1,45 @@
+"""Layers are import rules (docs/design.md): each subpackage imports only what its layer allows."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).resolve().parents[1] / 'alpamayo_offload'
+
+# Top-level modules each subpackage must never import.
+FORBIDDEN = {
+    'runtime': {'rclpy', 'transformers', 'rosbags', 'alpamayo_offload.model', 'alpamayo_offload.ros',
+                'alpamayo_offload.engine', 'alpamayo_offload.assembly', 'alpamayo_offload.planning',
+                'alpamayo_offload.replay'},
+    'model': {'rclpy', 'rosbags', 'alpamayo_offload.runtime', 'alpamayo_offload.ros',
+              'alpamayo_offload.engine', 'alpamayo_offload.planning', 'alpamayo_offload.replay',
+              'alpamayo_offload.assembly'},
+    'assembly': {'rclpy', 'torch', 'transformers', 'alpamayo_offload.ros', 'alpamayo_offload.model',
+                 'alpamayo_offload.runtime', 'alpamayo_offload.engine', 'alpamayo_offload.replay'},
+    'planning': {'rclpy', 'transformers', 'alpamayo_offload.ros', 'alpamayo_offload.model',
+                 'alpamayo_offload.replay'},
+    'replay': {'rclpy', 'alpamayo_offload.ros.node'},
+}
+
+
+def _imports(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+@pytest.mark.parametrize('subpackage', sorted(FORBIDDEN))
+def test_subpackage_imports_respect_layers(subpackage: str) -> None:
+    bad = []
+    for path in sorted((PKG / subpackage).rglob('*.py')):
+        for name in _imports(path):
+            for forbidden in FORBIDDEN[subpackage]:
+                if name == forbidden or name.startswith(forbidden + '.'):
+                    bad.append(f'{path.relative_to(PKG)} imports {name}')
+    assert not bad, '\n'.join(bad)
