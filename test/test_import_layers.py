@@ -10,7 +10,8 @@ PKG = Path(__file__).resolve().parents[1] / 'alpamayo_offload'
 
 # Top-level modules each subpackage must never import.
 FORBIDDEN = {
-    'runtime': {'rclpy', 'transformers', 'rosbags', 'alpamayo_offload.model', 'alpamayo_offload.ros',
+    'runtime': {'rclpy', 'transformers', 'rosbags', 'alpamayo_offload.model',
+                'alpamayo_offload.ros',
                 'alpamayo_offload.engine', 'alpamayo_offload.assembly', 'alpamayo_offload.planning',
                 'alpamayo_offload.replay'},
     'model': {'rclpy', 'rosbags', 'alpamayo_offload.runtime', 'alpamayo_offload.ros',
