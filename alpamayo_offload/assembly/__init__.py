@@ -1,1 +1,21 @@
-"""assembly subpackage."""
+"""Time-correct input assembly shared by the ROS node and rosbag replay (numpy + PIL only)."""
+from .assembler import (
+    AssemblyConfig,
+    ModelInput,
+    Pose,
+    Selection,
+    assemble,
+    decode_selection,
+    future_ground_truth,
+    select_inputs,
+)
+from .buffers import StampedBuffer
+from .decode import decode_image
+from .errors import InputError
+from .messages import EncodedImage, OdometrySample, image_from_msg, odometry_from_msg
+
+__all__ = [
+    'AssemblyConfig', 'EncodedImage', 'InputError', 'ModelInput', 'OdometrySample', 'Pose',
+    'Selection', 'StampedBuffer', 'assemble', 'decode_image', 'decode_selection',
+    'future_ground_truth', 'image_from_msg', 'odometry_from_msg', 'select_inputs',
+]

@@ -1,0 +1,37 @@
+"""Typed input errors: every rejected tick carries a machine-readable reason code and a message."""
+from __future__ import annotations
+
+from typing import Final
+
+# Reason codes, stable strings: they appear in diagnostics and in replay reports.
+CAMERA_MISSING: Final = 'camera_missing'
+CAMERA_STOPPED: Final = 'camera_stopped'
+INPUT_STALE: Final = 'input_stale'
+FRAME_MISMATCH: Final = 'frame_mismatch'
+IMAGE_ENCODING: Final = 'image_encoding'
+IMAGE_STEP: Final = 'image_step'
+IMAGE_TRUNCATED: Final = 'image_truncated'
+IMAGE_CORRUPT: Final = 'image_corrupt'
+IMAGE_SIZE_MISMATCH: Final = 'image_size_mismatch'
+ODOMETRY_MISSING: Final = 'odometry_missing'
+ODOMETRY_NONFINITE: Final = 'odometry_nonfinite'
+ODOMETRY_GAP: Final = 'odometry_gap'
+ODOMETRY_STALE: Final = 'odometry_stale'
+ODOMETRY_INSUFFICIENT: Final = 'odometry_insufficient'
+
+REASONS: Final = frozenset({
+    CAMERA_MISSING, CAMERA_STOPPED, INPUT_STALE, FRAME_MISMATCH, IMAGE_ENCODING, IMAGE_STEP,
+    IMAGE_TRUNCATED, IMAGE_CORRUPT, IMAGE_SIZE_MISMATCH, ODOMETRY_MISSING, ODOMETRY_NONFINITE,
+    ODOMETRY_GAP, ODOMETRY_STALE, ODOMETRY_INSUFFICIENT,
+})
+
+
+class InputError(Exception):
+    """The inputs for one tick cannot make a valid model input; the tick is skipped, not fatal."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        if reason not in REASONS:
+            raise ValueError(f'unknown InputError reason {reason!r}; use one of {sorted(REASONS)}')
+        super().__init__(f'{reason}: {message}')
+        self.reason = reason
+        self.message = message
