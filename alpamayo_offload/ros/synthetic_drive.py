@@ -1,0 +1,203 @@
+"""Deterministic synthetic drive written as a real ROS 2 bag (rosbags only, no rclpy).
+
+Four cameras with moving content and odometry along a curved path (constant speed and yaw rate,
+gentle z wave), so tests, the demo, replay and CARLA-like variants share one generator. Every
+knob that those variants change is a field of `DriveConfig`.
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import logging
+import math
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+from rosbags.rosbag2 import StoragePlugin, Writer
+from rosbags.typesys import Stores, get_typestore
+
+LOG = logging.getLogger(__name__)
+_NS = 1_000_000_000
+_CHANNELS = {'rgb8': 3, 'bgr8': 3, 'rgba8': 4, 'bgra8': 4, 'mono8': 1}
+
+
+@dataclass(frozen=True)
+class DriveConfig:
+    """Everything a bag variant changes; defaults are the small demo/test drive."""
+
+    duration_s: float = 4.0
+    storage: str = 'mcap'              # 'mcap' or 'sqlite3'
+    image_format: str = 'raw'          # 'raw', 'jpeg' or 'png'
+    encoding: str = 'rgb8'             # raw only: rgb8, bgr8, rgba8, bgra8, mono8
+    width: int = 160
+    height: int = 96
+    camera_rate_hz: float = 10.0
+    jitter_s: float = 0.0              # uniform +- jitter on camera stamps
+    odom_rate_hz: float = 50.0
+    camera_slots: tuple[int, ...] = (0, 1, 2, 6)
+    camera_topic: str = '/sensing/camera_{slot}/image'   # '/compressed' is appended if compressed
+    camera_frame_id: str = 'camera_{slot}'
+    odom_topic: str = '/localization/odometry'
+    odom_frame_id: str = 'odom'
+    child_frame_id: str = 'base_link'
+    dropout_slot: int = -1             # camera slot that stops publishing (-1: none)
+    dropout_after_s: float = 0.0
+    speed_mps: float = 8.0
+    yaw_rate: float = 0.15
+    start_ns: int = 1_700_000_000 * _NS
+    seed: int = 0
+    jpeg_quality: int = 85
+    bag_version: int = 8
+
+    def __post_init__(self) -> None:
+        if self.storage not in ('mcap', 'sqlite3'):
+            raise ValueError(f"storage {self.storage!r} must be 'mcap' or 'sqlite3'")
+        if self.image_format not in ('raw', 'jpeg', 'png'):
+            raise ValueError(f"image_format {self.image_format!r} must be 'raw', 'jpeg' or 'png'")
+        if self.encoding not in _CHANNELS:
+            raise ValueError(f'encoding {self.encoding!r} must be one of {sorted(_CHANNELS)}')
+        for name in ('duration_s', 'camera_rate_hz', 'odom_rate_hz', 'width', 'height'):
+            if not getattr(self, name) > 0:
+                raise ValueError(f'{name} = {getattr(self, name)} must be > 0')
+        if not 0 <= self.jitter_s < 0.5 / self.camera_rate_hz:
+            raise ValueError(f'jitter_s {self.jitter_s} must be in [0, half a camera period)')
+
+    def topic_for(self, slot: int) -> str:
+        """Camera topic of `slot` as written to the bag."""
+        base = self.camera_topic.format(slot=slot)
+        return base if self.image_format == 'raw' else base + '/compressed'
+
+
+def ego_pose(cfg: DriveConfig, t_s: float) -> tuple[np.ndarray, np.ndarray]:
+    """Ground-truth child-frame pose at `t_s` after start: position (3,), quaternion xyzw (4,)."""
+    w, v = cfg.yaw_rate, cfg.speed_mps
+    yaw = w * t_s
+    if abs(w) < 1e-9:
+        x, y = v * t_s, 0.0
+    else:
+        x, y = v / w * math.sin(yaw), v / w * (1.0 - math.cos(yaw))
+    z = 0.1 * math.sin(0.5 * t_s)
+    return np.array([x, y, z]), np.array([0.0, 0.0, math.sin(yaw / 2), math.cos(yaw / 2)])
+
+
+def camera_frame(cfg: DriveConfig, slot: int, t_s: float) -> np.ndarray:
+    """RGB uint8 (H, W, 3): a scrolling gradient and a moving bar, distinct per camera slot."""
+    h, w = cfg.height, cfg.width
+    xs = np.arange(w, dtype=np.float32)[None, :]
+    ys = np.arange(h, dtype=np.float32)[:, None]
+    shift = cfg.speed_mps * t_s * 8.0
+    img = np.empty((h, w, 3), dtype=np.float32)
+    img[..., 0] = (xs + shift) % w / w * 255.0
+    img[..., 1] = ys / h * 255.0
+    img[..., 2] = 40.0 * slot
+    bar = int((t_s * 0.5 + slot / 7.0) % 1.0 * w)
+    img[:, max(bar - w // 20, 0):bar + w // 20, :] = (255.0, 255.0, 255.0)
+    return img.clip(0, 255).astype(np.uint8)
+
+
+def _encode(cfg: DriveConfig, rgb: np.ndarray) -> tuple[bytes, int]:
+    if cfg.image_format != 'raw':
+        buf = io.BytesIO()
+        kwargs = {'quality': cfg.jpeg_quality} if cfg.image_format == 'jpeg' else {}
+        Image.fromarray(rgb).save(buf, format=cfg.image_format.upper(), **kwargs)
+        return buf.getvalue(), 0
+    enc = cfg.encoding
+    if enc == 'mono8':
+        px = np.asarray(Image.fromarray(rgb).convert('L'))[..., None]
+    else:
+        px = rgb[..., ::-1] if enc.startswith('bgr') else rgb
+        if enc.endswith('a8'):
+            px = np.concatenate([px, np.full(px.shape[:2] + (1,), 255, np.uint8)], axis=2)
+    return np.ascontiguousarray(px).tobytes(), cfg.width * _CHANNELS[enc]
+
+
+def write_drive(path: Path, cfg: DriveConfig) -> Path:
+    """Write the drive to a new bag directory `path` and return it."""
+    ts = get_typestore(Stores.ROS2_HUMBLE)
+    time_t, header_t = ts.types['builtin_interfaces/msg/Time'], ts.types['std_msgs/msg/Header']
+    t = ts.types
+    rng = np.random.default_rng(cfg.seed)
+    plugin = StoragePlugin.MCAP if cfg.storage == 'mcap' else StoragePlugin.SQLITE3
+    img_type = 'sensor_msgs/msg/Image' if cfg.image_format == 'raw' else \
+        'sensor_msgs/msg/CompressedImage'
+    events: list[tuple[int, str, object, str]] = []
+
+    def header(stamp_ns: int, frame_id: str) -> object:
+        stamp = time_t(sec=stamp_ns // _NS, nanosec=stamp_ns % _NS)
+        return header_t(stamp=stamp, frame_id=frame_id)
+
+    n_odom = int(cfg.duration_s * cfg.odom_rate_hz) + 1
+    for k in range(n_odom):
+        t_s = k / cfg.odom_rate_hz
+        pos, q = ego_pose(cfg, t_s)
+        stamp = cfg.start_ns + round(t_s * _NS)
+        v = cfg.speed_mps
+        msg = t['nav_msgs/msg/Odometry'](
+            header=header(stamp, cfg.odom_frame_id), child_frame_id=cfg.child_frame_id,
+            pose=t['geometry_msgs/msg/PoseWithCovariance'](
+                pose=t['geometry_msgs/msg/Pose'](
+                    position=t['geometry_msgs/msg/Point'](x=pos[0], y=pos[1], z=pos[2]),
+                    orientation=t['geometry_msgs/msg/Quaternion'](x=q[0], y=q[1], z=q[2], w=q[3])),
+                covariance=np.zeros(36)),
+            twist=t['geometry_msgs/msg/TwistWithCovariance'](
+                twist=t['geometry_msgs/msg/Twist'](
+                    linear=t['geometry_msgs/msg/Vector3'](x=v, y=0.0, z=0.0),
+                    angular=t['geometry_msgs/msg/Vector3'](x=0.0, y=0.0, z=cfg.yaw_rate)),
+                covariance=np.zeros(36)))
+        events.append((stamp, cfg.odom_topic, msg, 'nav_msgs/msg/Odometry'))
+    n_cam = int(cfg.duration_s * cfg.camera_rate_hz) + 1
+    for k in range(n_cam):
+        t_nom = k / cfg.camera_rate_hz
+        for slot in cfg.camera_slots:
+            if slot == cfg.dropout_slot and t_nom >= cfg.dropout_after_s:
+                continue
+            t_s = t_nom + float(rng.uniform(-cfg.jitter_s, cfg.jitter_s)) if k else t_nom
+            stamp = cfg.start_ns + round(t_s * _NS)
+            data, step = _encode(cfg, camera_frame(cfg, slot, t_s))
+            hdr = header(stamp, cfg.camera_frame_id.format(slot=slot))
+            array = np.frombuffer(data, dtype=np.uint8)
+            if cfg.image_format == 'raw':
+                msg = t[img_type](header=hdr, height=cfg.height, width=cfg.width,
+                                  encoding=cfg.encoding, is_bigendian=0, step=step, data=array)
+            else:
+                msg = t[img_type](header=hdr, format=cfg.image_format, data=array)
+            events.append((stamp, cfg.topic_for(slot), msg, img_type))
+    events.sort(key=lambda e: e[0])
+    with Writer(path, version=cfg.bag_version, storage_plugin=plugin) as writer:
+        conns = {}
+        for _, topic, _, msgtype in events:
+            if topic not in conns:
+                conns[topic] = writer.add_connection(topic, msgtype, typestore=ts)
+        for stamp, topic, msg, msgtype in events:
+            writer.write(conns[topic], stamp, ts.serialize_cdr(msg, msgtype))
+    LOG.info('wrote %d messages (%d topics) to %s', len(events), len(conns), path)
+    return path
+
+
+def _parse_args(argv: list[str] | None) -> tuple[Path, DriveConfig]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('output', type=Path, help='bag directory to create (must not exist)')
+    defaults = DriveConfig()
+    for f in fields(DriveConfig):
+        value = getattr(defaults, f.name)
+        if isinstance(value, tuple):
+            parser.add_argument(f'--{f.name.replace("_", "-")}', type=int, nargs='+', default=value)
+        else:
+            parser.add_argument(f'--{f.name.replace("_", "-")}', type=type(value), default=value)
+    ns = vars(parser.parse_args(argv))
+    out = ns.pop('output')
+    ns['camera_slots'] = tuple(ns['camera_slots'])
+    return out, DriveConfig(**ns)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Command line: `python -m alpamayo_offload.ros.synthetic_drive OUT [--storage ...]`."""
+    logging.basicConfig(level=logging.INFO, format='%(message)s')
+    out, cfg = _parse_args(argv)
+    write_drive(out, cfg)
+
+
+if __name__ == '__main__':
+    main()
