@@ -1,0 +1,118 @@
+"""The residency parameter file (`config/*.yaml`, `/**: ros__parameters`) read by the node and CLI.
+
+ROS 2 cannot infer the type of an empty YAML list, so a module with no resident layer is written
+as `[-1]` (`NO_LAYERS`). `resident_to_param` / `resident_from_param` are the one place that
+convention lives; the node imports them to read `resident_layers.<module>`.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from alpamayo_offload.planning.errors import PlanFileError
+from alpamayo_offload.planning.units import parse_bytes
+
+NO_LAYERS = -1
+MODULES = ('vit', 'lm', 'expert')
+# Flattened ROS parameter names this file defines (what the node declares).
+PARAM_KEYS = (*(f'resident_layers.{m}' for m in MODULES), 'embed_on_host', 'vram_budget',
+              'plan.predicted_latency_s', 'plan.profile')
+
+
+def resident_to_param(indices: Iterable[int]) -> list[int]:
+    """Resident indices as a ROS integer array: sorted, or `[-1]` when there are none."""
+    values = sorted({int(i) for i in indices})
+    if any(i < 0 for i in values):
+        raise ValueError(f'resident layer indices must be >= 0, got {values}')
+    return values or [NO_LAYERS]
+
+
+def resident_from_param(values: Sequence[int]) -> tuple[int, ...]:
+    """Inverse of `resident_to_param`: `[-1]` (or an empty list) means no resident layer."""
+    items = [int(v) for v in values]
+    if items in ([], [NO_LAYERS]):
+        return ()
+    if any(i < 0 for i in items) or len(set(items)) != len(items):
+        raise PlanFileError(f'resident layer list {items} must be distinct indices >= 0, '
+                            f'or [{NO_LAYERS}] for none')
+    return tuple(sorted(items))
+
+
+def profile_ref(path: str | Path, sha256: str) -> str:
+    """Make the `plan.profile` value: the profile path and the sha256 of its bytes."""
+    return f'{path}#sha256={sha256}'
+
+
+def split_profile_ref(ref: str) -> tuple[str, str]:
+    """Split a `plan.profile` value into (path, sha256)."""
+    path, sep, digest = ref.rpartition('#sha256=')
+    if not sep:
+        raise PlanFileError(f'plan.profile {ref!r} is not "<path>#sha256=<hex>"')
+    return path, digest
+
+
+@dataclass(frozen=True)
+class PlanParams:
+    """The values of one residency parameter file."""
+
+    resident: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    embed_on_host: bool = False
+    vram_budget: str = ''
+    predicted_latency_s: float = 0.0
+    profile: str = ''
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.resident) - set(MODULES))
+        if unknown:
+            raise ValueError(f'PlanParams.resident has modules {unknown}; allowed: {MODULES}')
+        if self.vram_budget:
+            parse_bytes(self.vram_budget)
+
+    def to_yaml_dict(self) -> dict[str, Any]:
+        """Return the nested mapping written under `/**: ros__parameters`."""
+        return {'/**': {'ros__parameters': {
+            'resident_layers': {m: resident_to_param(self.resident.get(m, ())) for m in MODULES},
+            'embed_on_host': bool(self.embed_on_host),
+            'vram_budget': self.vram_budget,
+            'plan': {'predicted_latency_s': round(float(self.predicted_latency_s), 4),
+                     'profile': self.profile},
+        }}}
+
+
+def write_plan_params(path: str | Path, params: PlanParams, header: str = '') -> None:
+    """Write the parameter file; `header` becomes leading comment lines."""
+    comment = ''.join(f'# {line}\n' for line in header.splitlines())
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(comment + yaml.safe_dump(params.to_yaml_dict(), sort_keys=False))
+
+
+def read_plan_params(path: str | Path) -> PlanParams:
+    """Read a parameter file written by `write_plan_params` (or by hand with the same keys)."""
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+        ros = data['/**']['ros__parameters']
+        layers = ros['resident_layers']
+        plan = ros['plan']
+        return PlanParams(
+            resident={m: resident_from_param(layers[m]) for m in MODULES},
+            embed_on_host=_typed(ros['embed_on_host'], bool, 'embed_on_host'),
+            vram_budget=_typed(ros['vram_budget'], str, 'vram_budget'),
+            predicted_latency_s=float(plan['predicted_latency_s']),
+            profile=_typed(plan['profile'], str, 'plan.profile'),
+        )
+    except (OSError, yaml.YAMLError) as err:
+        raise PlanFileError(f'cannot read plan file {str(path)!r} ({err}); write one with '
+                            f'`alpamayo-offload plan --out {path}`') from err
+    except (KeyError, TypeError) as err:
+        raise PlanFileError(f'plan file {str(path)!r} lacks key {err}; expected '
+                            f'/**: ros__parameters with {", ".join(PARAM_KEYS)}') from err
+
+
+def _typed(value: Any, kind: type, name: str) -> Any:
+    if not isinstance(value, kind):
+        raise PlanFileError(f'{name} = {value!r} must be a {kind.__name__}')
+    return value

@@ -1,0 +1,195 @@
+"""Choose the resident layers of every module that minimise predicted latency within a VRAM budget.
+
+The objective is the pipeline replay (`predictor.predict`), so position effects (first and last
+layer, runs of consecutive resident layers, prefetch across passes) are priced exactly rather
+than by rule. The search is a lazy greedy knapsack on benefit per byte, i.e. the paper's
+B = R * dC / M measured on the replay against the current plan, with ties broken towards the
+layer farthest from other resident layers of its sequence (the interleaving of Eq. 8). It runs
+once with the token embedding on the GPU and once with it on the host, and the result is never
+worse than the paper's interleaved VLM-only plan for the same budget (that plan is a candidate).
+"""
+from __future__ import annotations
+
+import heapq
+import logging
+from dataclasses import dataclass
+
+from alpamayo_offload.planning.closed_forms import interleaved_indices
+from alpamayo_offload.planning.errors import BudgetError
+from alpamayo_offload.planning.predictor import (
+    Pipeline,
+    Placement,
+    Prediction,
+    Workload,
+    predict,
+)
+from alpamayo_offload.planning.profile import Profile
+from alpamayo_offload.planning.units import format_bytes
+
+LOG = logging.getLogger(__name__)
+_MIB = 2**20
+_TIE_MS = 1e-6      # benefits closer than this (ms per MiB) are treated as equal
+
+
+@dataclass(frozen=True)
+class VramBreakdown:
+    """What a placement needs on the GPU, in bytes; `total` is compared with the budget."""
+
+    fixed: int
+    embed: int
+    working_set: int
+    slots: int
+    resident: int
+
+    @property
+    def total(self) -> int:
+        """Everything the inference holds in the torch allocator at its peak."""
+        return self.fixed + self.embed + self.working_set + self.slots + self.resident
+
+
+@dataclass(frozen=True)
+class PlannerOptions:
+    """What the planner may change and for which workload it optimises."""
+
+    workload: Workload = Workload()
+    pipeline: Pipeline = Pipeline.PIPELINED
+    allow_embed_on_host: bool = True
+    sequences: tuple[str, ...] | None = None     # may hold resident layers; None: all
+
+    def __post_init__(self) -> None:
+        if self.sequences is not None and not self.sequences:
+            raise ValueError('PlannerOptions.sequences is empty; give None (all) or a name')
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    """A chosen placement with its predicted latency and VRAM."""
+
+    placement: Placement
+    prediction: Prediction
+    vram: VramBreakdown
+    budget_bytes: int
+    strategy: str
+
+
+def _streamed_sequences(profile: Profile) -> tuple[str, ...]:
+    used = {p.sequence for p in profile.phases}
+    return tuple(s.name for s in profile.sequences if s.name in used)
+
+
+def vram_needed(profile: Profile, placement: Placement) -> VramBreakdown:
+    """VRAM of a placement: non-layer modules, working set, two slots, resident layers."""
+    resident = 0
+    largest_streamed = 0
+    for name in _streamed_sequences(profile):
+        seq = profile.sequence(name)
+        chosen = placement.resident.get(name, frozenset())
+        for i, nbytes in enumerate(seq.layer_bytes):
+            if i in chosen:
+                resident += nbytes
+            else:
+                largest_streamed = max(largest_streamed, nbytes)
+    v = profile.vram
+    return VramBreakdown(v.fixed_bytes, 0 if placement.embed_on_host else v.embed_bytes,
+                         v.working_set_bytes, 2 * largest_streamed, resident)
+
+
+def minimum_budget(profile: Profile, allow_embed_on_host: bool = True) -> int:
+    """Return the smallest budget any plan fits: nothing resident, embedding on host if allowed."""
+    return vram_needed(profile, Placement.of(embed_on_host=allow_embed_on_host)).total
+
+
+def _check_budget(profile: Profile, budget_bytes: int, options: PlannerOptions) -> None:
+    floor = minimum_budget(profile, options.allow_embed_on_host)
+    if budget_bytes < floor:
+        parts = vram_needed(profile, Placement.of(embed_on_host=options.allow_embed_on_host))
+        raise BudgetError(
+            f'VRAM budget {format_bytes(budget_bytes)} is below the minimum {format_bytes(floor)} '
+            f'(two slots {format_bytes(parts.slots)} + non-layer modules '
+            f'{format_bytes(parts.fixed + parts.embed)} + working set '
+            f'{format_bytes(parts.working_set)}); give --budget {format_bytes(floor)} or more')
+
+
+def _spacing(placement: Placement, name: str, index: int, n_layers: int) -> int:
+    """Distance to the nearest resident layer of the same sequence (n_layers if none)."""
+    chosen = placement.resident.get(name, frozenset())
+    return min((abs(index - i) for i in chosen), default=n_layers)
+
+
+def _greedy(profile: Profile, budget_bytes: int, options: PlannerOptions,
+            embed_on_host: bool) -> PlanResult | None:
+    placement = Placement.of(embed_on_host=embed_on_host)
+    if vram_needed(profile, placement).total > budget_bytes:
+        return None
+    names = [n for n in _streamed_sequences(profile)
+             if options.sequences is None or n in options.sequences]
+    current = predict(profile, placement, options.workload, options.pipeline).total_ms
+    used = vram_needed(profile, placement).total
+    version = 0
+
+    def key(name: str, index: int) -> tuple[float, float, int, int]:
+        """Heap key (smaller pops first): density, spacing, then a stable order."""
+        trial = placement.with_layer(name, index)
+        gain = current - predict(profile, trial, options.workload, options.pipeline).total_ms
+        extra = vram_needed(profile, trial).total - used
+        density = float('inf') if extra <= 0 else gain / (extra / _MIB)
+        seq = profile.sequence(name)
+        rounded = round(density / _TIE_MS) * _TIE_MS if density != float('inf') else density
+        return (-rounded, -_spacing(placement, name, index, seq.n_layers),
+                names.index(name), index)
+
+    heap = [(key(n, i), version, n, i) for n in names for i in range(profile.sequence(n).n_layers)]
+    heapq.heapify(heap)
+    while heap:
+        k, stamp, name, index = heapq.heappop(heap)
+        if stamp != version:
+            fresh = key(name, index)
+            if heap and fresh > heap[0][0]:
+                heapq.heappush(heap, (fresh, version, name, index))
+                continue
+            k = fresh
+        if -k[0] <= 0:
+            break                                   # nothing left that saves time
+        trial = placement.with_layer(name, index)
+        need = vram_needed(profile, trial).total
+        if need > budget_bytes:
+            continue                                # does not fit; smaller layers may
+        placement, used, version = trial, need, version + 1
+        current = predict(profile, placement, options.workload, options.pipeline).total_ms
+    prediction = predict(profile, placement, options.workload, options.pipeline)
+    return PlanResult(placement, prediction, vram_needed(profile, placement), budget_bytes,
+                      'greedy')
+
+
+def interleaved_plan(profile: Profile, budget_bytes: int, options: PlannerOptions,
+                     sequence: str = 'lm', embed_on_host: bool = False) -> PlanResult | None:
+    """Apply the paper's policy: as many Eq. 8 interleaved layers of one sequence as fit."""
+    seq = profile.sequence(sequence)
+    best = None
+    for k in range(seq.n_layers):
+        placement = Placement.of({sequence: interleaved_indices(k, seq.n_layers)}, embed_on_host)
+        if vram_needed(profile, placement).total > budget_bytes:
+            break
+        best = placement
+    if best is None:
+        return None
+    return PlanResult(best, predict(profile, best, options.workload, options.pipeline),
+                      vram_needed(profile, best), budget_bytes, f'interleaved-{sequence}')
+
+
+def plan(profile: Profile, budget_bytes: int, options: PlannerOptions = PlannerOptions()
+         ) -> PlanResult:
+    """Find the placement with the lowest predicted latency that fits `budget_bytes`."""
+    _check_budget(profile, budget_bytes, options)
+    host_options = (False, True) if options.allow_embed_on_host else (False,)
+    candidates = [_greedy(profile, budget_bytes, options, host) for host in host_options]
+    if 'lm' in _streamed_sequences(profile) and (options.sequences is None
+                                                  or 'lm' in options.sequences):
+        candidates += [interleaved_plan(profile, budget_bytes, options, 'lm', host)
+                       for host in host_options]
+    found = [c for c in candidates if c is not None]
+    best = min(found, key=lambda c: (c.prediction.total_ms, c.vram.total))
+    LOG.info('plan for %s: %.3f s predicted (%s, %d resident layers, embed on host: %s)',
+             format_bytes(budget_bytes), best.prediction.total_s, best.strategy,
+             best.placement.count(), best.placement.embed_on_host)
+    return best

@@ -1,0 +1,260 @@
+"""The profile: what one instrumented run measured, as frozen dataclasses with versioned JSON.
+
+Everything the planner and predictor need is here and nothing else, so both are pure functions of
+a `Profile` and testable on CPU. A profile is bound to the GPU, driver, torch version and model it
+was measured with; `check_profile` refuses one measured for another GPU or model.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from alpamayo_offload.planning.errors import ProfileFormatError, StaleProfileError
+
+LOG = logging.getLogger(__name__)
+
+SCHEMA = 'alpamayo_offload.profile'
+SCHEMA_VERSION = 1
+# How the pass count of a phase is set at prediction time: once per inference, once per decode
+# pass (the paper's N), once per diffusion step.
+REPEATS = ('once', 'decode', 'diffusion')
+
+
+def _check_nonneg(owner: str, name: str, values: Sequence[float]) -> None:
+    for i, v in enumerate(values):
+        if not math.isfinite(v) or v < 0:
+            raise ValueError(f'{owner}.{name}[{i}] = {v!r}; must be a finite number >= 0')
+
+
+@dataclass(frozen=True)
+class SequenceProfile:
+    """One streamable layer sequence (ViT blocks, LM layers, expert layers): bytes and copy time."""
+
+    name: str
+    layer_bytes: tuple[int, ...]
+    dma_ms: tuple[float, ...]       # one pinned H2D copy of the whole layer, measured alone
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ValueError('SequenceProfile.name is empty; give the runtime sequence name')
+        if len(self.layer_bytes) != len(self.dma_ms) or not self.layer_bytes:
+            raise ValueError(f'SequenceProfile {self.name!r}: layer_bytes '
+                             f'({len(self.layer_bytes)}) and dma_ms ({len(self.dma_ms)}) must be '
+                             f'equally long and non-empty')
+        if any(b <= 0 for b in self.layer_bytes):
+            raise ValueError(f'SequenceProfile {self.name!r}.layer_bytes has a value <= 0')
+        _check_nonneg(f'SequenceProfile {self.name!r}', 'dma_ms', self.dma_ms)
+
+    @property
+    def n_layers(self) -> int:
+        """Number of layers in the sequence."""
+        return len(self.layer_bytes)
+
+
+@dataclass(frozen=True)
+class PhaseProfile:
+    """One phase (vision, prefill, decode, diffusion): per-pass, per-layer compute of one sequence.
+
+    `exe_ms[p][i]` is the compute time of layer i in measured pass p; `other_ms[p]` is the GPU time
+    of that pass outside the layers (LM head, merger, action projections, sampling);
+    `embed_host_ms` is the extra per-pass time when the token embedding is gathered on the host.
+    """
+
+    name: str
+    sequence: str
+    repeats: str
+    exe_ms: tuple[tuple[float, ...], ...]
+    other_ms: tuple[float, ...]
+    embed_host_ms: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.repeats not in REPEATS:
+            raise ValueError(f'PhaseProfile {self.name!r}.repeats = {self.repeats!r}; '
+                             f'allowed: {REPEATS}')
+        if not self.exe_ms or len(self.other_ms) != len(self.exe_ms):
+            raise ValueError(f'PhaseProfile {self.name!r}: needs >= 1 measured pass and one '
+                             f'other_ms per pass (got {len(self.exe_ms)} and {len(self.other_ms)})')
+        if len({len(p) for p in self.exe_ms}) != 1:
+            raise ValueError(f'PhaseProfile {self.name!r}: passes have different layer counts')
+        for p in self.exe_ms:
+            _check_nonneg(f'PhaseProfile {self.name!r}', 'exe_ms', p)
+        _check_nonneg(f'PhaseProfile {self.name!r}', 'other_ms', self.other_ms)
+        _check_nonneg(f'PhaseProfile {self.name!r}', 'embed_host_ms', (self.embed_host_ms,))
+
+    @property
+    def measured_passes(self) -> int:
+        """How many passes of this phase the profiling run made."""
+        return len(self.exe_ms)
+
+    def mean_exe_ms(self) -> tuple[float, ...]:
+        """Per-layer compute time averaged over the measured passes (used for any pass count)."""
+        n = len(self.exe_ms)
+        return tuple(sum(col) / n for col in zip(*self.exe_ms, strict=True))
+
+    def mean_other_ms(self) -> float:
+        """Non-layer compute per pass, averaged over the measured passes."""
+        return sum(self.other_ms) / len(self.other_ms)
+
+
+@dataclass(frozen=True)
+class MachineInfo:
+    """Where the profile was measured; timings are only valid there."""
+
+    gpu_name: str
+    driver: str = ''
+    torch_version: str = ''
+    cuda_version: str = ''
+    pinned_h2d_gbps: float = 0.0
+
+
+@dataclass(frozen=True)
+class VramProfile:
+    """VRAM that is not a streamed layer, in bytes (the planner adds slots and resident layers).
+
+    `fixed_bytes`: non-layer modules that always stay on the GPU (LM head, vision merger, norms,
+    action projections). `embed_bytes`: the token embedding, which may instead live on the host.
+    `working_set_bytes`: peak activations, KV cache and allocator slack of one inference.
+    `context_bytes`: device memory the process holds outside the torch allocator (CUDA context);
+    only used to turn "free VRAM" into a budget.
+    """
+
+    fixed_bytes: int
+    embed_bytes: int
+    working_set_bytes: int
+    context_bytes: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ('fixed_bytes', 'embed_bytes', 'working_set_bytes', 'context_bytes'):
+            value = getattr(self, name)
+            if value < 0:
+                raise ValueError(f'VramProfile.{name} = {value}; must be >= 0')
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One profiling run; `phases` are in execution order."""
+
+    model_identity: str
+    machine: MachineInfo
+    sequences: tuple[SequenceProfile, ...]
+    phases: tuple[PhaseProfile, ...]
+    vram: VramProfile
+    host_ms: float = 0.0            # serial CPU time per inference (pre-/post-processing)
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    created_at: str = ''
+
+    def __post_init__(self) -> None:
+        names = [s.name for s in self.sequences]
+        if len(set(names)) != len(names):
+            raise ValueError(f'Profile.sequences has duplicate names: {names}')
+        by_name = {s.name: s for s in self.sequences}
+        for phase in self.phases:
+            seq = by_name.get(phase.sequence)
+            if seq is None:
+                raise ValueError(f'Profile phase {phase.name!r} runs sequence {phase.sequence!r}, '
+                                 f'which is not in sequences {names}')
+            if len(phase.exe_ms[0]) != seq.n_layers:
+                raise ValueError(f'Profile phase {phase.name!r} has {len(phase.exe_ms[0])} layers, '
+                                 f'sequence {seq.name!r} has {seq.n_layers}')
+        _check_nonneg('Profile', 'host_ms', (self.host_ms,))
+
+    def sequence(self, name: str) -> SequenceProfile:
+        """Return the sequence called `name`."""
+        for seq in self.sequences:
+            if seq.name == name:
+                return seq
+        raise KeyError(f'no sequence {name!r} in profile (have {[s.name for s in self.sequences]})')
+
+    def measured_passes(self, repeats: str) -> int:
+        """Count the passes the profiling run made of the phases whose count `repeats` sets."""
+        return max((p.measured_passes for p in self.phases if p.repeats == repeats), default=0)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the JSON form, schema name and version first."""
+        body = asdict(self)
+        body['settings'] = dict(self.settings)
+        return {'schema': SCHEMA, 'schema_version': SCHEMA_VERSION, **body}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Profile:
+        """Rebuild a profile from its JSON form; refuses other schemas and versions."""
+        if data.get('schema') != SCHEMA or data.get('schema_version') != SCHEMA_VERSION:
+            raise ProfileFormatError(
+                f'profile schema {data.get("schema")!r} version {data.get("schema_version")!r} '
+                f'is not {SCHEMA!r} version {SCHEMA_VERSION}; re-run `alpamayo-offload profile`')
+        try:
+            return cls(
+                model_identity=str(data['model_identity']),
+                machine=MachineInfo(**data['machine']),
+                sequences=tuple(SequenceProfile(name=s['name'],
+                                                layer_bytes=tuple(int(b) for b in s['layer_bytes']),
+                                                dma_ms=tuple(float(x) for x in s['dma_ms']))
+                                for s in data['sequences']),
+                phases=tuple(PhaseProfile(name=p['name'], sequence=p['sequence'],
+                                          repeats=p['repeats'],
+                                          exe_ms=tuple(tuple(float(x) for x in row)
+                                                       for row in p['exe_ms']),
+                                          other_ms=tuple(float(x) for x in p['other_ms']),
+                                          embed_host_ms=float(p.get('embed_host_ms', 0.0)))
+                             for p in data['phases']),
+                vram=VramProfile(**data['vram']),
+                host_ms=float(data.get('host_ms', 0.0)),
+                settings=dict(data.get('settings', {})),
+                created_at=str(data.get('created_at', '')),
+            )
+        except (KeyError, TypeError, ValueError) as err:
+            raise ProfileFormatError(f'profile is malformed ({err}); re-run '
+                                     f'`alpamayo-offload profile`') from err
+
+
+def save_profile(profile: Profile, path: str | Path) -> str:
+    """Write the profile as JSON and return its sha256 (recorded in plan files)."""
+    text = json.dumps(profile.to_dict(), indent=1, sort_keys=False) + '\n'
+    Path(path).write_text(text)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def load_profile(path: str | Path) -> tuple[Profile, str]:
+    """Read a profile file; returns the profile and the sha256 of the file."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as err:
+        raise ProfileFormatError(f'cannot read profile {str(path)!r} ({err}); '
+                                 f'run `alpamayo-offload profile --out {path}` first') from err
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as err:
+        raise ProfileFormatError(f'profile {str(path)!r} is not JSON ({err})') from err
+    return Profile.from_dict(data), hashlib.sha256(raw).hexdigest()
+
+
+def check_profile(profile: Profile, *, gpu_name: str | None = None,
+                  model_identity: str | None = None, torch_version: str | None = None,
+                  driver: str | None = None, force: bool = False) -> None:
+    """Refuse a profile measured on another GPU or for another model, unless `force`.
+
+    Arguments left as None are not checked (e.g. planning on a machine without the target GPU).
+    A different torch version or driver only warns: timings shift a little, the plan stays valid.
+    """
+    mismatches = []
+    if gpu_name is not None and gpu_name != profile.machine.gpu_name:
+        mismatches.append(f'GPU {profile.machine.gpu_name!r} in profile, {gpu_name!r} here')
+    if model_identity is not None and model_identity != profile.model_identity:
+        mismatches.append(f'model {profile.model_identity!r} in profile, {model_identity!r} here')
+    if mismatches:
+        text = '; '.join(mismatches)
+        if not force:
+            raise StaleProfileError(f'stale profile: {text}. Re-run `alpamayo-offload profile` on '
+                                    f'this GPU and model, or pass --force to use it anyway')
+        LOG.warning('using a stale profile (--force): %s', text)
+    for what, here, there in (('torch', torch_version, profile.machine.torch_version),
+                              ('driver', driver, profile.machine.driver)):
+        if here is not None and here != there:
+            LOG.warning('profile measured with %s %s, running %s; timings may shift', what,
+                        there, here)
