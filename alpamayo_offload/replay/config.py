@@ -1,0 +1,79 @@
+"""What one replay run is configured with: the node's inputs plus the evaluation rate and limits."""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from alpamayo_offload.assembly import AssemblyConfig
+from alpamayo_offload.replay.bag_reader import COMPRESSED_IMAGE_TYPE, IMAGE_TYPE, ODOMETRY_TYPE
+
+
+@dataclass(frozen=True)
+class CameraTopic:
+    """One camera as the node subscribes it: Alpamayo slot, bag topic, transport."""
+
+    slot: int
+    topic: str
+    compressed: bool
+
+    @property
+    def msgtype(self) -> str:
+        """The ROS message type this transport must have in the bag."""
+        return COMPRESSED_IMAGE_TYPE if self.compressed else IMAGE_TYPE
+
+
+@dataclass(frozen=True)
+class ReplayConfig:
+    """Inputs (as the node reads them), engine settings, and how evaluation times are picked.
+
+    `rate_hz` is the evaluation rate; `max_backward_jump_s` is how far a topic's stamps may go back
+    (reordering from jitter) before the bag is refused as a clock jump; a forward step larger than
+    `gap_warning_s` is reported as a gap.
+    """
+
+    cameras: tuple[CameraTopic, ...]
+    odometry_topic: str
+    assembly: AssemblyConfig = field(default_factory=AssemblyConfig)
+    engine: dict[str, Any] = field(default_factory=dict)
+    output_frame_id: str = 'base_link'
+    camera_depth: int = 20
+    odometry_depth: int = 400
+    rate_hz: float = 2.0
+    max_backward_jump_s: float = 0.5
+    gap_warning_s: float = 1.0
+    plan_info: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.cameras:
+            raise ValueError('cameras: at least one camera topic is needed')
+        slots = tuple(c.slot for c in self.cameras)
+        if sorted(slots) != sorted(self.assembly.camera_slots):
+            raise ValueError(f'cameras slots {slots} must equal assembly.camera_slots '
+                             f'{self.assembly.camera_slots}')
+        topics = [c.topic for c in self.cameras] + [self.odometry_topic]
+        if len(set(topics)) != len(topics) or not all(t.startswith('/') for t in topics):
+            raise ValueError(f'topics {topics} must be distinct absolute names (remap `~/...` '
+                             'names with --remap)')
+        for name in ('rate_hz', 'max_backward_jump_s', 'gap_warning_s'):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f'{name} = {value} must be a finite number > 0')
+        if self.camera_depth < 4 or self.odometry_depth < 2:
+            raise ValueError(f'camera_depth {self.camera_depth} must be >= 4 and odometry_depth '
+                             f'{self.odometry_depth} >= 2')
+
+    @property
+    def period_ns(self) -> int:
+        """Spacing of evaluation times."""
+        return round(1e9 / self.rate_hz)
+
+    def expected_topics(self) -> dict[str, tuple[str, ...]]:
+        """Topic -> accepted message types, for the bag check."""
+        out = {c.topic: (c.msgtype,) for c in self.cameras}
+        out[self.odometry_topic] = (ODOMETRY_TYPE,)
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON-able form, for the report and the resume fingerprint."""
+        return asdict(self)

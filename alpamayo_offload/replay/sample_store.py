@@ -1,0 +1,103 @@
+"""Append-only JSONL store of finished samples: what Ctrl-C keeps and what `--resume` continues.
+
+Line 1 is a header with the schema version and a fingerprint of the configuration and bags; every
+further line is one sample record, written, flushed and fsync'ed before the next sample starts.
+A line cut off by a crash is dropped on resume (it was never complete).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from alpamayo_offload.replay.errors import ResultStoreError
+
+_LOG = logging.getLogger(__name__)
+
+STORE_SCHEMA = 1
+FILE_NAME = 'samples.jsonl'
+
+
+def _dumps(obj: Mapping[str, Any]) -> str:
+    """Canonical JSON (sorted keys, exact float repr) so equal runs write equal bytes."""
+    return json.dumps(obj, sort_keys=True, separators=(',', ':'))
+
+
+class SampleStore:
+    """Sample records of one replay run, persisted one line per sample."""
+
+    def __init__(self, path: Path, records: list[dict[str, Any]]) -> None:
+        self.path = path
+        self.records = records
+        self._file = path.open('a', encoding='utf-8')
+
+    @classmethod
+    def open(cls, out_dir: Path, fingerprint: Mapping[str, Any], *, resume: bool) -> SampleStore:
+        """Create the store, or reopen it on `resume` after checking it belongs to this run."""
+        out_dir.mkdir(parents=True, exist_ok=True)
+        path = out_dir / FILE_NAME
+        # Round-trip through JSON so tuples compare equal to the lists read back on resume.
+        header = json.loads(_dumps({'kind': 'header', 'schema': STORE_SCHEMA,
+                                    'fingerprint': dict(fingerprint)}))
+        if path.exists() and path.stat().st_size > 0:
+            if not resume:
+                raise ResultStoreError(
+                    f'{path} already holds replay results; pass --resume to continue that run '
+                    'or choose another output directory')
+            records = cls._load(path, header)
+            _LOG.info('resuming %s: %d samples already done', path, len(records))
+            return cls(path, records)
+        path.write_text(_dumps(header) + '\n', encoding='utf-8')
+        return cls(path, [])
+
+    @staticmethod
+    def _load(path: Path, header: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """Read back finished records; cut a trailing partial line; refuse another run's file."""
+        raw = path.read_bytes()
+        complete = raw[:raw.rfind(b'\n') + 1]
+        if len(complete) != len(raw):
+            _LOG.warning('%s: dropping an unfinished last line (%d bytes) from an interrupted run',
+                         path, len(raw) - len(complete))
+            with path.open('r+b') as f:
+                f.truncate(len(complete))
+        lines = complete.decode('utf-8').splitlines()
+        try:
+            found = json.loads(lines[0]) if lines else {}
+        except json.JSONDecodeError as err:
+            raise ResultStoreError(f'{path}: first line is not a replay header ({err}); '
+                                   'choose another output directory') from err
+        if found.get('schema') != STORE_SCHEMA:
+            raise ResultStoreError(f'{path}: schema {found.get("schema")!r}, this replay writes '
+                                   f'{STORE_SCHEMA}; choose another output directory')
+        old, new = found.get('fingerprint', {}), header['fingerprint']
+        if old != new:
+            changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+            raise ResultStoreError(
+                f'{path} was written with a different configuration or bags (differs in: '
+                f'{", ".join(changed)}); rerun with the same ones or use another output directory')
+        return [json.loads(line) for line in lines[1:] if line]
+
+    def done(self) -> set[tuple[str, int]]:
+        """(bag, tick_ns) of every finished record, accepted or rejected alike."""
+        return {(r['bag'], int(r['tick_ns'])) for r in self.records}
+
+    def append(self, record: Mapping[str, Any]) -> None:
+        """Persist one record before returning, so an interrupt never loses it."""
+        line = _dumps(record)
+        self._file.write(line + '\n')
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self.records.append(json.loads(line))  # exactly what a resumed run would read back
+
+    def close(self) -> None:
+        """Close the file (records stay readable in memory)."""
+        self._file.close()
+
+    def __enter__(self) -> SampleStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
