@@ -19,6 +19,7 @@ from rclpy.qos import QoSProfile
 from rclpy.serialization import deserialize_message
 from rosbags.highlevel import AnyReader
 from rosbags.typesys import Stores, get_typestore
+from rosgraph_msgs.msg import Clock
 
 LOG = logging.getLogger(__name__)
 _NS = 1_000_000_000
@@ -47,8 +48,6 @@ def play(node: Node, bag: Path, *, rate: float = 1.0, restamp: bool = False, clo
     remap = remap or {}
     clock_pub = None
     if clock:
-        from rosgraph_msgs.msg import Clock
-
         clock_pub = node.create_publisher(Clock, '/clock', 10)
     count = 0
     with AnyReader([bag], default_typestore=get_typestore(Stores.ROS2_HUMBLE)) as reader:
@@ -73,8 +72,6 @@ def play(node: Node, bag: Path, *, rate: float = 1.0, restamp: bool = False, clo
             if restamp and hasattr(msg, 'header'):
                 _set_stamp(msg, msg.header.stamp.sec * _NS + msg.header.stamp.nanosec + shift)
             if clock_pub is not None:
-                from rosgraph_msgs.msg import Clock
-
                 tick = Clock()
                 tick.clock.sec, tick.clock.nanosec = stamp // _NS, stamp % _NS
                 clock_pub.publish(tick)

@@ -10,7 +10,7 @@ import argparse
 import io
 import logging
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +21,8 @@ from rosbags.typesys import Stores, get_typestore
 LOG = logging.getLogger(__name__)
 _NS = 1_000_000_000
 _CHANNELS = {'rgb8': 3, 'bgr8': 3, 'rgba8': 4, 'bgra8': 4, 'mono8': 1}
+# Faults injected from fault_after_s for fault_duration_s (image faults: fault_slot only).
+FAULTS = ('encoding', 'truncated', 'step', 'corrupt', 'size', 'nan_odometry', 'odometry_gap')
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,10 @@ class DriveConfig:
     seed: int = 0
     jpeg_quality: int = 85
     bag_version: int = 8
+    fault: str = ''                    # '' or one of FAULTS, injected for robustness tests
+    fault_slot: int = 0
+    fault_after_s: float = 2.0
+    fault_duration_s: float = 0.4
 
     def __post_init__(self) -> None:
         if self.storage not in ('mcap', 'sqlite3'):
@@ -61,6 +67,8 @@ class DriveConfig:
         for name in ('duration_s', 'camera_rate_hz', 'odom_rate_hz', 'width', 'height'):
             if not getattr(self, name) > 0:
                 raise ValueError(f'{name} = {getattr(self, name)} must be > 0')
+        if self.fault and self.fault not in FAULTS:
+            raise ValueError(f'fault {self.fault!r} must be empty or one of {FAULTS}')
         if not 0 <= self.jitter_s < 0.5 / self.camera_rate_hz:
             raise ValueError(f'jitter_s {self.jitter_s} must be in [0, half a camera period)')
 
@@ -113,6 +121,20 @@ def _encode(cfg: DriveConfig, rgb: np.ndarray) -> tuple[bytes, int]:
     return np.ascontiguousarray(px).tobytes(), cfg.width * _CHANNELS[enc]
 
 
+def _inject(fault: str, data: bytes, step: int, encoding: str) -> tuple[bytes, int, str]:
+    """Break one encoded frame the way `fault` names (size faults are made before encoding)."""
+    if fault == 'encoding':
+        return data, step, 'yuv422' if step else 'webp'
+    if fault == 'truncated':
+        return data[:len(data) // 2], step, encoding
+    if fault == 'step':
+        return data, step - 1 if step else step, encoding
+    if fault == 'corrupt':
+        mid = len(data) // 3
+        return data[:16] + bytes(255 - b for b in data[16:mid]) + data[mid:], step, encoding
+    return data, step, encoding
+
+
 def write_drive(path: Path, cfg: DriveConfig) -> Path:
     """Write the drive to a new bag directory `path` and return it."""
     ts = get_typestore(Stores.ROS2_HUMBLE)
@@ -128,10 +150,18 @@ def write_drive(path: Path, cfg: DriveConfig) -> Path:
         stamp = time_t(sec=stamp_ns // _NS, nanosec=stamp_ns % _NS)
         return header_t(stamp=stamp, frame_id=frame_id)
 
+    def faulty(t_s: float, *kinds: str) -> bool:
+        return cfg.fault in kinds and \
+            cfg.fault_after_s <= t_s < cfg.fault_after_s + cfg.fault_duration_s
+
     n_odom = int(cfg.duration_s * cfg.odom_rate_hz) + 1
     for k in range(n_odom):
         t_s = k / cfg.odom_rate_hz
+        if faulty(t_s, 'odometry_gap'):
+            continue
         pos, q = ego_pose(cfg, t_s)
+        if faulty(t_s, 'nan_odometry'):
+            pos = np.full(3, np.nan)
         stamp = cfg.start_ns + round(t_s * _NS)
         v = cfg.speed_mps
         msg = t['nav_msgs/msg/Odometry'](
@@ -155,14 +185,21 @@ def write_drive(path: Path, cfg: DriveConfig) -> Path:
                 continue
             t_s = t_nom + float(rng.uniform(-cfg.jitter_s, cfg.jitter_s)) if k else t_nom
             stamp = cfg.start_ns + round(t_s * _NS)
-            data, step = _encode(cfg, camera_frame(cfg, slot, t_s))
+            hit = slot == cfg.fault_slot and faulty(t_s, *FAULTS)
+            frame_cfg = cfg
+            if hit and cfg.fault == 'size':
+                frame_cfg = replace(cfg, width=cfg.width + 16, fault='')
+            data, step = _encode(frame_cfg, camera_frame(frame_cfg, slot, t_s))
+            encoding = cfg.encoding if cfg.image_format == 'raw' else cfg.image_format
+            if hit:
+                data, step, encoding = _inject(cfg.fault, data, step, encoding)
             hdr = header(stamp, cfg.camera_frame_id.format(slot=slot))
             array = np.frombuffer(data, dtype=np.uint8)
             if cfg.image_format == 'raw':
-                msg = t[img_type](header=hdr, height=cfg.height, width=cfg.width,
-                                  encoding=cfg.encoding, is_bigendian=0, step=step, data=array)
+                msg = t[img_type](header=hdr, height=cfg.height, width=frame_cfg.width,
+                                  encoding=encoding, is_bigendian=0, step=step, data=array)
             else:
-                msg = t[img_type](header=hdr, format=cfg.image_format, data=array)
+                msg = t[img_type](header=hdr, format=encoding, data=array)
             events.append((stamp, cfg.topic_for(slot), msg, img_type))
     events.sort(key=lambda e: e[0])
     with Writer(path, version=cfg.bag_version, storage_plugin=plugin) as writer:

@@ -1,0 +1,101 @@
+"""`/diagnostics` content: per-stage timing, streaming, memory, model state and skip reasons."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from std_msgs.msg import Header
+
+from ..assembly import errors as input_errors
+from .conversions import ns_to_time
+
+# Stage keys always present in the inference status (nan until the first inference).
+STAGE_KEYS = (
+    't_image_decode_ms', 't_preprocess_ms', 't_vision_ms', 't_prefill_ms', 't_decode_ms',
+    'decode_tokens', 't_diffusion_ms', 't_postprocess_ms', 't_engine_total_ms', 't_path_build_ms',
+    't_total_ms', 't_node_overhead_ms',
+    'input_age_ms', 'dma_ms', 'stall_ms', 'bytes_streamed',
+)
+# Reasons that mean broken data rather than timing; reported as ERROR, the rest as WARN.
+_ERROR_REASONS = frozenset({
+    input_errors.IMAGE_ENCODING, input_errors.IMAGE_STEP, input_errors.IMAGE_TRUNCATED,
+    input_errors.IMAGE_CORRUPT, input_errors.IMAGE_SIZE_MISMATCH, input_errors.ODOMETRY_NONFINITE,
+    input_errors.CAMERA_STOPPED, input_errors.CAMERA_MISSING,
+})
+SKIP_IN_FLIGHT = 'inference_in_flight'
+SKIP_LOADING = 'model_loading'
+SKIP_MODEL_ERROR = 'model_error'
+SKIP_NO_NEW_INPUT = 'no_new_input'  # t0 not newer than the last inference's
+OK, WARN, ERROR = 0, 1, 2  # DiagnosticStatus levels as ints (the message field is a byte)
+
+
+@dataclass
+class NodeStatus:
+    """Mutable status the node updates from its threads and publishes (only under its lock)."""
+
+    model_state: str = 'loading'          # loading, ready, degraded, error
+    model_message: str = ''
+    engine_info: dict[str, Any] = field(default_factory=dict)
+    stages: dict[str, float] = field(
+        default_factory=lambda: dict.fromkeys(STAGE_KEYS, float('nan')))
+    last_t0_ns: int = 0
+    ticks: int = 0
+    ticks_dropped: int = 0
+    inferences: int = 0
+    input_errors: int = 0
+    engine_errors: int = 0
+    last_skip_reason: str = ''
+    input_level: int = 0
+    input_message: str = 'no tick yet'
+    inference_level: int = 0
+    inference_message: str = 'no inference yet'
+
+
+def input_level(reason: str) -> int:
+    """Diagnostic level for an input error reason."""
+    return ERROR if reason in _ERROR_REASONS else WARN
+
+
+def _kv(values: dict[str, Any]) -> list[KeyValue]:
+    return [KeyValue(key=k, value=_fmt(v)) for k, v in values.items()]
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f'{v:.3f}'
+    if isinstance(v, (list, tuple)):
+        return ','.join(str(x) for x in v)
+    return str(v)
+
+
+def _status(level: int, name: str, message: str, values: dict[str, Any]) -> DiagnosticStatus:
+    return DiagnosticStatus(level=level.to_bytes(1, 'little'), name=name, message=message,
+                            hardware_id='alpamayo_offload', values=_kv(values))
+
+
+def build(node_name: str, stamp_ns: int, st: NodeStatus,
+          plan_info: dict[str, Any]) -> DiagnosticArray:
+    """Three statuses: `<node>: inference`, `<node>: input`, `<node>: model`."""
+    info = st.engine_info
+    model_level = {'ready': OK, 'loading': OK, 'degraded': WARN}.get(st.model_state, ERROR)
+    resident = info.get('resident_layers', info.get('resident', {})) or {}
+    model_values: dict[str, Any] = {
+        'model_state': st.model_state, 'model': info.get('model', ''),
+        'device': info.get('device', ''),
+        'vram_used_bytes': info.get('vram_used_bytes', 0),
+        'vram_budget_bytes': info.get('budget_bytes', 0) or 0,
+        **{f'resident_layers.{k}': v for k, v in dict(resident).items()},
+        **plan_info,
+    }
+    counters = {'ticks': st.ticks, 'ticks_dropped': st.ticks_dropped, 'inferences': st.inferences,
+                'input_errors': st.input_errors, 'engine_errors': st.engine_errors,
+                'last_skip_reason': st.last_skip_reason, 'last_t0_ns': st.last_t0_ns}
+    return DiagnosticArray(header=Header(stamp=ns_to_time(stamp_ns)), status=[
+        _status(st.inference_level, f'{node_name}: inference', st.inference_message,
+                {**st.stages, **counters, 'model_state': st.model_state}),
+        _status(st.input_level, f'{node_name}: input', st.input_message,
+                {'reason': st.last_skip_reason}),
+        _status(model_level, f'{node_name}: model',
+                st.model_message or st.model_state, model_values),
+    ])

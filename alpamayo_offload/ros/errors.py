@@ -1,0 +1,6 @@
+"""Errors of the ROS adapter layer."""
+from __future__ import annotations
+
+
+class ParameterError(ValueError):
+    """A parameter value the node cannot run with; the message names the parameter and the fix."""

@@ -1,0 +1,242 @@
+"""`alpamayo_offload_node`: cameras + odometry in, 64-waypoint Path, reasoning and diagnostics out.
+
+A thin adapter: callbacks only stash encoded messages in bounded buffers; a timer with an
+in-flight guard selects time-correct inputs (latest only, never a queue) and hands them to one
+worker thread, which decodes, runs the engine and publishes. The model loads in a thread at start;
+until it is ready every tick is reported as skipped with `model_loading`.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import rclpy
+from diagnostic_msgs.msg import DiagnosticArray
+from nav_msgs.msg import Odometry, Path
+from rcl_interfaces.msg import SetParametersResult
+from rclpy.executors import ExternalShutdownException
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from sensor_msgs.msg import CompressedImage, Image
+from std_msgs.msg import String
+
+from ..assembly import (
+    InputError,
+    Selection,
+    StampedBuffer,
+    decode_selection,
+    image_from_msg,
+    odometry_from_msg,
+    select_inputs,
+)
+from . import diagnostics as diag
+from . import params
+from .conversions import path_msg, to_odom_frame
+from .errors import ParameterError
+
+NODE_NAME = 'alpamayo_offload_node'
+_STAGES = ('preprocess', 'vision', 'prefill', 'decode', 'diffusion', 'postprocess')
+
+
+class AlpamayoOffloadNode(Node):
+    """The ROS 2 face of the engine; see the module docstring for the threading model."""
+
+    def __init__(self) -> None:
+        super().__init__(NODE_NAME)
+        self._names = params.declare(self)
+        self._values = params.read(self, self._names)
+        self._cfg = params.config_from_values(self._values)
+        self.add_on_set_parameters_callback(self._on_set_parameters)
+        self._lock = threading.Lock()
+        self._status = diag.NodeStatus()
+        self._engine: Any = None
+        self._inflight: Future[None] | None = None
+        self._worker = ThreadPoolExecutor(1, thread_name_prefix='inference')
+        self._decode_pool = ThreadPoolExecutor(self._cfg.decode_threads,
+                                               thread_name_prefix='decode')
+        self._cameras = {c.slot: StampedBuffer(self._cfg.camera_depth) for c in self._cfg.cameras}
+        self._odometry = StampedBuffer(self._cfg.odometry_depth)
+        for cam in self._cfg.cameras:
+            self.create_subscription(CompressedImage if cam.compressed else Image, cam.topic,
+                                     lambda m, s=cam.slot: self._cameras[s].push(image_from_msg(m)),
+                                     qos_profile_sensor_data)
+        self.create_subscription(
+            Odometry, self._cfg.odometry_topic,
+            lambda m: self._odometry.push(odometry_from_msg(m)),
+            QoSProfile(depth=50, reliability=ReliabilityPolicy.BEST_EFFORT))
+        self._path_pub = self.create_publisher(Path, '~/output/path', 1)
+        self._odom_path_pub = self.create_publisher(Path, '~/output/path_odom', 1)
+        self._reasoning_pub = self.create_publisher(String, '~/output/reasoning', 1)
+        self._diag_pub = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
+        self._timer = self.create_timer(self._cfg.period_s, self._on_tick)
+        self.create_timer(self._cfg.diagnostics_period_s, self._publish_diagnostics)
+        threading.Thread(target=self._load, name='model-load', daemon=True).start()
+
+    # --- model loading ------------------------------------------------------------------------
+    def _load(self) -> None:
+        """Load once, off the executor, so subscriptions and diagnostics keep running meanwhile."""
+        start = time.perf_counter()
+        try:
+            from ..engine import Engine, EngineConfig
+
+            engine = Engine.from_config(EngineConfig(**self._cfg.engine))
+        except Exception as err:  # noqa: BLE001 - any load failure is reported, never raised
+            self.get_logger().error(f'model load failed: {err}')
+            with self._lock:
+                self._status.model_state, self._status.model_message = 'error', str(err)
+            self._publish_diagnostics()
+            return
+        with self._lock:
+            self._engine = engine
+            self._status.engine_info = dict(engine.info)
+            self._status.model_state = 'ready'
+            self._status.model_message = f'ready (loaded in {time.perf_counter() - start:.1f} s)'
+        self.get_logger().info(self._status.model_message)
+        self._publish_diagnostics()
+
+    # --- tick: select inputs, hand to the worker ---------------------------------------------
+    def _on_tick(self) -> None:
+        with self._lock:
+            self._status.ticks += 1
+            state = self._status.model_state
+            busy = self._inflight is not None and not self._inflight.done()
+        if state in ('loading', 'error'):
+            self._skip(diag.SKIP_LOADING if state == 'loading' else diag.SKIP_MODEL_ERROR)
+            return
+        if busy:
+            with self._lock:
+                self._status.ticks_dropped += 1
+            self._skip(diag.SKIP_IN_FLIGHT)
+            return
+        cfg = self._cfg
+        try:
+            sel = select_inputs({s: b.snapshot() for s, b in self._cameras.items()},
+                                self._odometry.snapshot(), cfg.assembly,
+                                self.get_clock().now().nanoseconds)
+        except InputError as err:
+            self._input_failed(err)
+            return
+        with self._lock:
+            if sel.t0_ns <= self._status.last_t0_ns:
+                self._status.last_skip_reason = diag.SKIP_NO_NEW_INPUT
+            else:
+                self._status.last_t0_ns = sel.t0_ns
+                self._inflight = self._worker.submit(self._infer, sel, cfg)
+                return
+        self._publish_diagnostics()
+
+    def _skip(self, reason: str) -> None:
+        with self._lock:
+            self._status.last_skip_reason = reason
+        self._publish_diagnostics()
+
+    def _input_failed(self, err: InputError) -> None:
+        with self._lock:
+            self._status.input_errors += 1
+            self._status.input_level = diag.input_level(err.reason)
+            self._status.input_message = str(err)
+            self._status.last_skip_reason = err.reason
+        self.get_logger().warning(str(err), throttle_duration_sec=2.0)
+        self._publish_diagnostics()
+
+    # --- worker: decode, infer, publish -------------------------------------------------------
+    def _infer(self, sel: Selection, cfg: params.NodeConfig) -> None:
+        start = time.perf_counter()
+        try:
+            inputs = decode_selection(sel, cfg.assembly, self._decode_pool)
+        except InputError as err:
+            self._input_failed(err)
+            return
+        try:
+            result = self._engine.infer(inputs)
+        except Exception as err:  # noqa: BLE001 - EngineInputError/EngineError and anything else
+            with self._lock:
+                self._status.engine_errors += 1
+                self._status.model_state = 'degraded'
+                self._status.inference_level = diag.ERROR
+                self._status.inference_message = f'inference failed: {err}'
+                self._status.last_skip_reason = f'engine_error: {type(err).__name__}'
+            self.get_logger().error(f'inference failed: {err}', throttle_duration_sec=2.0)
+            self._publish_diagnostics()
+            return
+        t_build = time.perf_counter()
+        self._path_pub.publish(path_msg(result.xyz, result.rot, cfg.output_frame_id, sel.t0_ns))
+        if cfg.publish_odom_path:
+            xyz_w, rot_w = to_odom_frame(result.xyz, result.rot, inputs.odom_pose_t0)
+            self._odom_path_pub.publish(
+                path_msg(xyz_w, rot_w, cfg.odom_frame_id or inputs.odom_frame_id, sel.t0_ns))
+        if result.coc_text is not None:
+            self._reasoning_pub.publish(String(data=result.coc_text))
+        end = time.perf_counter()
+        age_ms = (self.get_clock().now().nanoseconds - sel.t0_ns) / 1e6
+        timings = {f't_{k}_ms': result.timings.get(k, float('nan')) * 1e3 for k in _STAGES}
+        stream = result.streaming or {}
+        with self._lock:
+            st = self._status
+            st.stages.update(timings)
+            st.stages.update({
+                't_image_decode_ms': inputs.decode_s * 1e3, 'decode_tokens': result.decode_tokens,
+                't_engine_total_ms': result.timings.get('total', float('nan')) * 1e3,
+                't_path_build_ms': (end - t_build) * 1e3, 't_total_ms': (end - start) * 1e3,
+                't_node_overhead_ms': (end - start) * 1e3 - result.timings.get('total', 0.0) * 1e3,
+                'input_age_ms': age_ms, 'dma_ms': stream.get('dma_ms', 0.0),
+                'stall_ms': stream.get('stall_ms', 0.0),
+                'bytes_streamed': stream.get('bytes_streamed', 0)})
+            st.inferences += 1
+            st.model_state = 'ready'
+            st.engine_info = dict(self._engine.info)
+            st.inference_level, st.inference_message = diag.OK, 'path published'
+            st.input_level, st.input_message = diag.OK, 'inputs valid'
+        self._publish_diagnostics()
+
+    # --- diagnostics and parameters ----------------------------------------------------------
+    def _publish_diagnostics(self) -> None:
+        with self._lock:
+            msg = diag.build(self.get_name(), self.get_clock().now().nanoseconds, self._status,
+                             self._cfg.plan_info)
+        self._diag_pub.publish(msg)
+
+    def _on_set_parameters(self, changes: list[Parameter]) -> SetParametersResult:
+        """Accept changes that are safe while running; reject the rest with the reason."""
+        cfg, reason = params.check_update(self._values, changes)
+        if cfg is None:
+            return SetParametersResult(successful=False, reason=reason)
+        self._values.update({p.name: p.value for p in changes})
+        if cfg.period_s != self._cfg.period_s:
+            self._timer.timer_period_ns = int(cfg.period_s * 1e9)
+            self._timer.reset()
+        self._cfg = cfg
+        return SetParametersResult(successful=True)
+
+    def close(self) -> None:
+        """Stop the worker threads (an inference in flight finishes first)."""
+        self._worker.shutdown(wait=True, cancel_futures=True)
+        self._decode_pool.shutdown(wait=True)
+
+
+def main(args: list[str] | None = None) -> None:
+    """Entry point of `alpamayo_offload_node` and `python -m alpamayo_offload.ros.node`."""
+    logging.basicConfig(level=logging.INFO, format='[%(name)s] %(message)s')
+    rclpy.init(args=args)
+    node = None
+    try:
+        node = AlpamayoOffloadNode()
+        rclpy.spin(node)
+    except ParameterError as err:
+        logging.getLogger(__name__).error('invalid parameters: %s', err)
+        raise SystemExit(2) from err
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        if node is not None:
+            node.close()
+            node.destroy_node()
+        rclpy.try_shutdown()
+
+
+if __name__ == '__main__':
+    main()
