@@ -1,0 +1,96 @@
+"""Turn one instrumented sequential run (runtime stats + phase wall times) into a `Profile`.
+
+Pure: it reads the runtime's per-call records duck-typed (`sequence`, `layer`, `repetition`,
+`dma_ms`, `exe_ms`, `bytes`), so it is tested on CPU with records built by hand. The mapping of
+sequence repetitions to phases is Alpamayo's: the ViT runs once (vision), the language model
+once for prefill and then once per decode pass, the expert once per diffusion step.
+"""
+from __future__ import annotations
+
+import hashlib
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from alpamayo_offload.planning.errors import ProfileFormatError
+from alpamayo_offload.planning.profile import (
+    MachineInfo,
+    PhaseProfile,
+    Profile,
+    SequenceProfile,
+    VramProfile,
+)
+
+# sequence -> [(phase, repeats kind, number of leading repetitions or None for "the rest")]
+PHASES_OF_SEQUENCE: Mapping[str, tuple[tuple[str, str, int | None], ...]] = {
+    'vit': (('vision', 'once', None),),
+    'lm': (('prefill', 'once', 1), ('decode', 'decode', None)),
+    'expert': (('diffusion', 'diffusion', None),),
+}
+
+
+def model_identity(model: str) -> str:
+    """Identify a preset by name and a checkpoint by the hash of its config and weight index.
+
+    Hashing the small JSON files (not the weights) makes the check cheap and still tells two
+    checkpoints apart.
+    """
+    path = Path(model)
+    if not path.is_dir():
+        return f'preset:{model}'
+    digest = hashlib.sha256()
+    for name in ('config.json', 'model.safetensors.index.json'):
+        if (path / name).is_file():
+            digest.update((path / name).read_bytes())
+    return f'checkpoint:{path.name}:{digest.hexdigest()[:16]}'
+
+
+def _field(record: Any, name: str) -> Any:
+    return record[name] if isinstance(record, Mapping) else getattr(record, name)
+
+
+def build_profile(calls: Iterable[Any], phase_wall_ms: Mapping[str, float], *,
+                  model_identity: str, machine: MachineInfo, vram: VramProfile,
+                  host_ms: float = 0.0, embed_host_ms: Mapping[str, float] | None = None,
+                  settings: Mapping[str, Any] | None = None, created_at: str = '') -> Profile:
+    """Build a profile from per-call records of a sequential run with nothing resident.
+
+    DMA per layer is the median over its calls (the copy does not depend on the phase);
+    compute is kept per pass. A phase's non-layer time is its wall time minus its layers'
+    copy and compute time, spread evenly over its passes.
+    """
+    table: dict[str, dict[int, dict[int, tuple[float, float, int]]]] = defaultdict(
+        lambda: defaultdict(dict))
+    for rec in calls:
+        table[str(_field(rec, 'sequence'))][int(_field(rec, 'repetition'))][
+            int(_field(rec, 'layer'))] = (float(_field(rec, 'dma_ms')),
+                                          float(_field(rec, 'exe_ms')), int(_field(rec, 'bytes')))
+    sequences, phases = [], []
+    for name in (n for n in PHASES_OF_SEQUENCE if n in table):
+        reps = table[name]
+        n_layers = 1 + max(max(r) for r in reps.values())
+        for rep, layers in sorted(reps.items()):
+            if sorted(layers) != list(range(n_layers)):
+                raise ProfileFormatError(f'sequence {name!r} repetition {rep} recorded layers '
+                                         f'{sorted(layers)}, expected 0..{n_layers - 1}; profile '
+                                         f'in sequential mode with nothing resident')
+        dma = tuple(statistics.median(reps[r][i][0] for r in reps) for i in range(n_layers))
+        nbytes = tuple(max(reps[r][i][2] for r in reps) for i in range(n_layers))
+        sequences.append(SequenceProfile(name, nbytes, dma))
+        order = sorted(reps)
+        for phase, repeats, count in PHASES_OF_SEQUENCE[name]:
+            taken, order = (order[:count], order[count:]) if count else (order, [])
+            if not taken:
+                continue
+            exe = tuple(tuple(reps[r][i][1] for i in range(n_layers)) for r in taken)
+            layer_ms = sum(sum(row) for row in exe) + len(taken) * sum(dma)
+            wall = float(phase_wall_ms.get(phase, layer_ms))
+            other = max(0.0, wall - layer_ms) / len(taken)
+            phases.append(PhaseProfile(phase, name, repeats, exe, (other,) * len(taken),
+                                       float((embed_host_ms or {}).get(phase, 0.0))))
+    if not sequences:
+        raise ProfileFormatError('no layer calls recorded; run the engine with instrument=True')
+    return Profile(model_identity, machine, tuple(sequences), tuple(phases), vram, host_ms,
+                   dict(settings or {}), created_at)

@@ -1,0 +1,226 @@
+"""Sub-commands `profile`, `plan` and `predict` of `alpamayo-offload`.
+
+`profile` runs the real inference once (engine, sequential mode, nothing resident, instrumented)
+and writes a profile JSON. `plan` turns a profile and a VRAM budget into the residency parameter
+file. `predict` prints predicted latency against budget, or the breakdown of one plan file.
+The engine and torch are imported inside the handlers: they are only needed on the GPU machine.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from alpamayo_offload.planning.collect import model_identity
+from alpamayo_offload.planning.errors import PlanningError
+from alpamayo_offload.planning.params import (
+    PlanParams,
+    profile_ref,
+    read_plan_params,
+    write_plan_params,
+)
+from alpamayo_offload.planning.planner import (
+    PlannerOptions,
+    interleaved_plan,
+    minimum_budget,
+    plan,
+    vram_needed,
+)
+from alpamayo_offload.planning.predictor import Pipeline, Placement, Workload, predict
+from alpamayo_offload.planning.profile import Profile, check_profile, load_profile, save_profile
+from alpamayo_offload.planning.units import format_bytes, is_free_relative, parse_budget
+
+LOG = logging.getLogger(__name__)
+
+
+def register(subparsers: Any) -> None:
+    """Add `profile`, `plan` and `predict` to the top-level parser."""
+    p = subparsers.add_parser('profile', help='measure per-layer copy/compute times (GPU)')
+    p.add_argument('--model', default='tiny', help="preset name or checkpoint directory")
+    p.add_argument('--device', default='cuda')
+    p.add_argument('--decode-tokens', type=int, default=21, help='fixed decode token count')
+    p.add_argument('--diffusion-steps', type=int, default=10)
+    p.add_argument('--warmup', type=int, default=1, help='untimed runs before the measured one')
+    p.add_argument('--seed', type=int, default=0)
+    p.add_argument('--out', default='profile.json')
+    p.set_defaults(func=_cmd_profile)
+
+    q = subparsers.add_parser('plan', help='choose resident layers for a VRAM budget')
+    _add_common(q)
+    q.add_argument('--budget', required=True,
+                   help='"12GiB", "free-2GiB" or "0.8free" (free VRAM of this GPU)')
+    q.add_argument('--out', default='config/residency.param.yaml')
+    q.set_defaults(func=_cmd_plan)
+
+    r = subparsers.add_parser('predict', help='predicted latency vs VRAM budget, or of a plan')
+    _add_common(r)
+    r.add_argument('--plan', help='predict this parameter file instead of a budget sweep')
+    r.add_argument('--step', default='0.5GiB', help='budget step of the sweep')
+    r.add_argument('--max-budget', default=None, help='end of the sweep (default: all resident)')
+    r.add_argument('--json', dest='json_out', help='also write the result as JSON here')
+    r.set_defaults(func=_cmd_predict)
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument('--profile', required=True, help='profile JSON from `alpamayo-offload profile`')
+    p.add_argument('--decode-passes', type=int, default=None,
+                   help="decode passes to plan for (the paper's N; default: as profiled)")
+    p.add_argument('--diffusion-steps', type=int, default=None, help='default: as profiled')
+    p.add_argument('--modules', default='vit,lm,expert',
+                   help='modules that may keep layers resident (comma separated)')
+    p.add_argument('--no-embed-on-host', action='store_true',
+                   help='keep the token embedding on the GPU')
+    p.add_argument('--pipeline', choices=[m.value for m in Pipeline], default='pipelined')
+    p.add_argument('--model', default=None,
+                   help='model in use (preset or checkpoint); refuses a profile of another one')
+    p.add_argument('--force', action='store_true', help='use a profile from another GPU or model')
+
+
+def _options(args: argparse.Namespace, profile: Profile) -> PlannerOptions:
+    decode = args.decode_passes if args.decode_passes is not None else (
+        profile.measured_passes('decode'))
+    steps = args.diffusion_steps if args.diffusion_steps is not None else (
+        profile.measured_passes('diffusion'))
+    return PlannerOptions(workload=Workload(decode, steps), pipeline=Pipeline(args.pipeline),
+                          allow_embed_on_host=not args.no_embed_on_host,
+                          sequences=tuple(m.strip() for m in args.modules.split(',') if m.strip()))
+
+
+def _gpu() -> tuple[str | None, int | None]:
+    """Name and free bytes of the current GPU, or (None, None) without one."""
+    try:
+        import torch
+    except ImportError:
+        return None, None
+    if not torch.cuda.is_available():
+        return None, None
+    return torch.cuda.get_device_name(), int(torch.cuda.mem_get_info()[0])
+
+
+def _load_checked(args: argparse.Namespace) -> tuple[Profile, str, int | None]:
+    profile, digest = load_profile(args.profile)
+    gpu_name, free = _gpu()
+    check_profile(profile, gpu_name=gpu_name,
+                  model_identity=model_identity(args.model) if args.model else None,
+                  force=args.force)
+    return profile, digest, free
+
+
+def _resolve_budget(spec: str, profile: Profile, free: int | None) -> int:
+    # A relative budget is taken from free VRAM less the CUDA context the node will create.
+    if is_free_relative(spec) and free is not None:
+        free = max(0, free - profile.vram.context_bytes)
+    return parse_budget(spec, free)
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    try:
+        profile, digest, free = _load_checked(args)
+        budget = _resolve_budget(args.budget, profile, free)
+        result = plan(profile, budget, _options(args, profile))
+    except PlanningError as err:
+        LOG.error('%s', err)
+        return 2
+    params = PlanParams(resident={m: result.placement.indices(m) for m in ('vit', 'lm', 'expert')},
+                        embed_on_host=result.placement.embed_on_host,
+                        vram_budget=format_bytes(budget),
+                        predicted_latency_s=result.prediction.total_s,
+                        profile=profile_ref(args.profile, digest))
+    header = (f'Written by `alpamayo-offload plan --budget {args.budget}` '
+              f'({result.strategy}, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%dT%H:%MZ})'
+              f'\nVRAM needed {format_bytes(result.vram.total)}; '
+              f'-1 in resident_layers means no layer of that module is resident.')
+    write_plan_params(args.out, params, header)
+    sys.stdout.write(_describe(profile, result.placement, _options(args, profile)) + '\n')
+    sys.stdout.write(f'wrote {args.out}\n')
+    return 0
+
+
+def _describe(profile: Profile, placement: Placement, options: PlannerOptions) -> str:
+    pred = predict(profile, placement, options.workload, options.pipeline)
+    vram = vram_needed(profile, placement)
+    lines = [f'predicted {pred.total_s:.3f} s, VRAM {format_bytes(vram.total)} '
+             f'(resident {format_bytes(vram.resident)}, slots {format_bytes(vram.slots)}, '
+             f'fixed {format_bytes(vram.fixed + vram.embed)}, '
+             f'working set {format_bytes(vram.working_set)}), embed on host: '
+             f'{placement.embed_on_host}',
+             f'{"phase":<10} {"passes":>6} {"wall ms":>10} {"copy ms":>10} {"compute ms":>10} '
+             f'{"bubble ms":>10}']
+    lines += [f'{p.name:<10} {p.passes:>6} {p.wall_ms:>10.1f} {p.copy_ms:>10.1f} '
+              f'{p.compute_ms:>10.1f} {p.bubble_ms:>10.1f}' for p in pred.phases]
+    for seq in profile.sequences:
+        lines.append(f'resident {seq.name}: {list(placement.indices(seq.name))}')
+    return '\n'.join(lines)
+
+
+def _cmd_predict(args: argparse.Namespace) -> int:
+    try:
+        profile, _, _ = _load_checked(args)
+        options = _options(args, profile)
+        if args.plan:
+            params = read_plan_params(args.plan)
+            placement = Placement.of(params.resident, params.embed_on_host)
+            sys.stdout.write(_describe(profile, placement, options) + '\n')
+            return 0
+        rows = _sweep(profile, options, parse_budget(args.step),
+                      parse_budget(args.max_budget) if args.max_budget else None)
+    except PlanningError as err:
+        LOG.error('%s', err)
+        return 2
+    sys.stdout.write(f'{"budget":>11} {"planned s":>10} {"interleaved-lm s":>17} '
+                     f'{"resident vit/lm/expert":>23} {"embed host":>10}\n')
+    for row in rows:
+        il = '-' if row['interleaved_s'] is None else f'{row["interleaved_s"]:.3f}'
+        counts = '/'.join(str(row['resident'][m]) for m in ('vit', 'lm', 'expert'))
+        sys.stdout.write(f'{row["budget"]:>11} {row["planned_s"]:>10.3f} {il:>17} '
+                         f'{counts:>23} {str(row["embed_on_host"]):>10}\n')
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(rows, indent=1) + '\n')
+    return 0
+
+
+def _sweep(profile: Profile, options: PlannerOptions, step: int, top: int | None
+           ) -> list[dict[str, Any]]:
+    """Plan every budget from the minimum to `top` (default: everything resident) by `step`."""
+    low = minimum_budget(profile, options.allow_embed_on_host)
+    everything = Placement.of({s.name: range(s.n_layers) for s in profile.sequences})
+    high = top if top is not None else vram_needed(profile, everything).total
+    rows = []
+    budget = low
+    while budget <= high + step - 1:
+        result = plan(profile, budget, options)
+        il = (interleaved_plan(profile, budget, options)
+              if any(s.name == 'lm' for s in profile.sequences) else None)
+        rows.append({'budget': format_bytes(budget), 'budget_bytes': budget,
+                     'planned_s': result.prediction.total_s,
+                     'interleaved_s': il.prediction.total_s if il else None,
+                     'resident': {m: len(result.placement.indices(m))
+                                  for m in ('vit', 'lm', 'expert')},
+                     'embed_on_host': result.placement.embed_on_host,
+                     'breakdown': result.prediction.as_dict()})
+        budget += step
+    return rows
+
+
+def _cmd_profile(args: argparse.Namespace) -> int:
+    from alpamayo_offload.planning import gpu_profile
+
+    try:
+        profile = gpu_profile.run_profile(
+            model=args.model, device=args.device, decode_tokens=args.decode_tokens,
+            diffusion_steps=args.diffusion_steps, warmup=args.warmup, seed=args.seed)
+    except PlanningError as err:
+        LOG.error('%s', err)
+        return 2
+    digest = save_profile(profile, args.out)
+    sys.stdout.write(f'wrote {args.out} (sha256 {digest[:16]})\n')
+    for seq in profile.sequences:
+        sys.stdout.write(f'{seq.name}: {seq.n_layers} layers, '
+                         f'{format_bytes(max(seq.layer_bytes))} max, '
+                         f'DMA {max(seq.dma_ms):.2f} ms max\n')
+    return 0
+
