@@ -1,1 +1,43 @@
-"""runtime subpackage."""
+"""Model-agnostic layer offloading: resident layers stay on the device, the rest stream.
+
+Public interface (see docs/design.md): :class:`OffloadRuntime`, :class:`LayerSequence`,
+:class:`ResidencyPlan`, :class:`Mode`, the :class:`TensorSource` protocol and the stats types.
+"""
+from __future__ import annotations
+
+from .accounting import VramPlan
+from .config import LayerSequence, Mode, ResidencyPlan
+from .errors import (
+    BudgetError,
+    HostMemoryError,
+    LayerError,
+    OffloadError,
+    PlanError,
+    SourceError,
+    StateError,
+)
+from .layout import TensorSpec
+from .offload import OffloadRuntime
+from .source import StateDictSource, TensorSource
+from .timing import LayerCallStats, RuntimeStats, SequenceTotals
+
+__all__ = [
+    'BudgetError',
+    'HostMemoryError',
+    'LayerCallStats',
+    'LayerError',
+    'LayerSequence',
+    'Mode',
+    'OffloadError',
+    'OffloadRuntime',
+    'PlanError',
+    'ResidencyPlan',
+    'RuntimeStats',
+    'SequenceTotals',
+    'SourceError',
+    'StateDictSource',
+    'StateError',
+    'TensorSource',
+    'TensorSpec',
+    'VramPlan',
+]

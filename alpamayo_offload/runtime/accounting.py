@@ -1,0 +1,74 @@
+"""VRAM accounting done before anything is loaded: what a plan needs, and whether it fits."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import BudgetError
+
+GIB = float(2**30)
+
+# The CUDA caching allocator hands out blocks in multiples of 512 bytes.
+ALLOCATOR_ROUND = 512
+
+
+def _gib(nbytes: int) -> str:
+    return f'{nbytes / GIB:.3f} GiB ({nbytes} B)'
+
+
+@dataclass(frozen=True)
+class VramPlan:
+    """The device bytes one runtime configuration needs, term by term."""
+
+    resident_bytes: int
+    resident_layers: int
+    slot_bytes: int
+    n_slots: int
+    fixed_bytes: int
+    working_set_bytes: int
+    budget_bytes: int | None
+
+    def __post_init__(self) -> None:
+        for name in ('resident_bytes', 'resident_layers', 'slot_bytes', 'n_slots',
+                     'fixed_bytes', 'working_set_bytes'):
+            value = getattr(self, name)
+            if value < 0:
+                raise ValueError(f'VramPlan.{name} must be >= 0, got {value}')
+        if self.budget_bytes is not None and self.budget_bytes <= 0:
+            raise ValueError(f'VramPlan.budget_bytes must be > 0 or None, got {self.budget_bytes}')
+
+    @property
+    def required_bytes(self) -> int:
+        """Everything the plan puts on the device plus the stated working-set margin."""
+        return (self.resident_bytes + self.n_slots * self.slot_bytes + self.fixed_bytes
+                + self.working_set_bytes)
+
+    @property
+    def fits(self) -> bool:
+        """Whether the plan fits the budget (always true without a budget)."""
+        return self.budget_bytes is None or self.required_bytes <= self.budget_bytes
+
+    def describe(self) -> str:
+        """Describe the accounting in one line, every term named."""
+        budget = 'no budget' if self.budget_bytes is None else f'budget {_gib(self.budget_bytes)}'
+        return (
+            f'needs {_gib(self.required_bytes)} = {self.resident_layers} resident layers '
+            f'{_gib(self.resident_bytes)} + {self.n_slots} slots x {_gib(self.slot_bytes)} '
+            f'+ fixed {_gib(self.fixed_bytes)} + working set {_gib(self.working_set_bytes)}; '
+            f'{budget}'
+        )
+
+    def check(self) -> None:
+        """Raise :class:`BudgetError` naming every term if the plan does not fit."""
+        if self.fits:
+            return
+        assert self.budget_bytes is not None
+        excess = self.required_bytes - self.budget_bytes
+        raise BudgetError(
+            f'residency plan does not fit: {self.describe()}; over by {_gib(excess)}. '
+            'Keep fewer layers resident or raise budget_bytes.'
+        )
+
+
+def device_bytes(nbytes: int) -> int:
+    """Bytes a tensor of ``nbytes`` takes from the CUDA caching allocator."""
+    return max(ALLOCATOR_ROUND, -(-nbytes // ALLOCATOR_ROUND) * ALLOCATOR_ROUND)

@@ -1,0 +1,376 @@
+"""``OffloadRuntime``: attaches to layer sequences from outside and streams non-resident layers.
+
+A forward pre-hook on each streamed layer makes compute wait until the layer sits in a slot
+(copying it now if the prefetch guessed wrong), rebinds it if its slot changed and, when
+pipelined, starts copying the next streamed layer of the global order into the other slot. The
+forward post-hook records that the slot's compute is queued. Preload mode is the null strategy:
+every layer moves to the device and no hook is installed (unless timing is on).
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.hooks import RemovableHandle
+
+from .accounting import VramPlan, device_bytes
+from .binding import LayerTensor, ResidentLayer, StreamedLayer, collect_tensors
+from .config import LayerSequence, Mode, ResidencyPlan
+from .errors import LayerError, PlanError, StateError
+from .layout import pack
+from .schedule import RepetitionCounter
+from .source import TensorSource
+from .streamer import SlotStreamer, synchronize
+from .timing import CallLog, CallMarks, Clock, RuntimeStats, totals
+
+logger = logging.getLogger(__name__)
+
+_SLOTS_PER_MODE = {Mode.PRELOAD: 0, Mode.SEQUENTIAL: 1, Mode.PIPELINED: 2}
+
+
+@dataclass(frozen=True)
+class _LayerInfo:
+    sequence: str
+    index: int
+    module: nn.Module
+    resident: bool
+    qualified: tuple[str, ...]
+
+
+def _default_device() -> torch.device:
+    return torch.device('cuda') if torch.cuda.is_available() else torch.device('cpu')
+
+
+def _same_device(a: torch.device, b: torch.device) -> bool:
+    if a.type != b.type:
+        return False
+    if a.type != 'cuda':
+        return True
+    ia = a.index if a.index is not None else torch.cuda.current_device()
+    ib = b.index if b.index is not None else torch.cuda.current_device()
+    return ia == ib
+
+
+class OffloadRuntime:
+    """Runs layer sequences with some layers resident and the rest streamed from pinned host RAM.
+
+    Construction validates the plan and does the VRAM accounting (nothing is moved);
+    :meth:`attach` moves/loads weights and installs hooks; :meth:`detach` undoes it exactly.
+    """
+
+    def __init__(self, sequences: Sequence[LayerSequence], plan: ResidencyPlan | None = None,
+                 mode: Mode | str = Mode.PIPELINED, device: torch.device | str | None = None,
+                 budget_bytes: int | None = None, fixed_bytes: int = 0,
+                 working_set_bytes: int = 0, instrument: bool = False) -> None:
+        self.mode = Mode(mode)
+        self.device = torch.device(device) if device is not None else _default_device()
+        self.sequences = tuple(sequences)
+        plan = plan if plan is not None else ResidencyPlan()
+        if self.mode is Mode.PRELOAD:
+            plan = ResidencyPlan.all_of(self.sequences)
+        self.plan = plan
+        self._infos = self._validate(plan)
+        streamed = [i for i in self._infos if not i.resident]
+        slot_bytes = max((pack((t.name, t.spec) for t in collect_tensors(i.module)).nbytes
+                          for i in streamed), default=0)
+        self.streamed_param_bytes = sum(t.spec.nbytes for i in streamed
+                                        for t in collect_tensors(i.module))
+        self.vram_plan = VramPlan(
+            resident_bytes=sum(device_bytes(t.spec.nbytes) for i in self._infos if i.resident
+                               for t in collect_tensors(i.module)),
+            resident_layers=sum(1 for i in self._infos if i.resident),
+            slot_bytes=slot_bytes,
+            n_slots=_SLOTS_PER_MODE[self.mode] if streamed else 0,
+            fixed_bytes=fixed_bytes,
+            working_set_bytes=working_set_bytes,
+            budget_bytes=budget_bytes,
+        )
+        self.vram_plan.check()
+        self.instrument = instrument
+        self._attached = False
+        self._handles: list[RemovableHandle] = []
+        self._resident: list[ResidentLayer] = []
+        self._streamed: list[StreamedLayer] = []
+        self._streamer: SlotStreamer | None = None
+        self._clock = Clock(self.device.type == 'cuda')
+        self._log: CallLog | None = None
+        self._reps = RepetitionCounter()
+        self._current: CallMarks | None = None
+        self._hint: str | None = None
+        self._first: dict[str, StreamedLayer] = {}
+        self._next: dict[int, StreamedLayer | None] = {}
+        logger.info('offload plan (%s): %s', self.mode.value, self.vram_plan.describe())
+
+    # ---------------------------------------------------------------- validation
+    def _validate(self, plan: ResidencyPlan) -> tuple[_LayerInfo, ...]:
+        names = [s.name for s in self.sequences]
+        if len(set(names)) != len(names):
+            raise PlanError(f'sequence names must be unique, got {names}')
+        for name, indices in plan.resident.items():
+            if name not in names:
+                raise PlanError(f'residency plan names sequence {name!r}; known: {names}')
+            length = len(next(s for s in self.sequences if s.name == name).layers)
+            bad = [i for i in indices if i >= length]
+            if bad:
+                raise PlanError(
+                    f'resident indices {bad} of sequence {name!r} are out of range: it has '
+                    f'{length} layers (valid 0..{length - 1})'
+                )
+        infos = []
+        owner_of: dict[Any, tuple[str, str]] = {}
+        for seq in self.sequences:
+            resident = set(plan.indices(seq.name))
+            for index, module in enumerate(seq.layers):
+                where = f'{seq.name}[{index}]'
+                tensors = collect_tensors(module)
+                for key, label in self._identity_keys(module, tensors):
+                    other, other_label = owner_of.setdefault(key, (where, label))
+                    if other != where:
+                        raise LayerError(
+                            f'layer {where} shares {label} with layer {other} ({other_label}): '
+                            "tied weights or the same module twice; the runtime moves each "
+                            "layer's tensors on its own, so untie them (clone) or pass the "
+                            'layer once'
+                        )
+                for t in tensors:
+                    self._check_device(where, t)
+                infos.append(_LayerInfo(seq.name, index, module, index in resident,
+                                        tuple(seq.qualified_name(index, t.name) for t in tensors)))
+        return tuple(infos)
+
+    @staticmethod
+    def _identity_keys(module: nn.Module,
+                       tensors: tuple[LayerTensor, ...]) -> list[tuple[Any, str]]:
+        """Keys that two layers must never share: the module, its tensors and their storage."""
+        keys: list[tuple[Any, str]] = [(('module', id(module)), 'the module itself')]
+        for t in tensors:
+            keys.append((('tensor', id(t.original)), f'tensor {t.name!r}'))
+            if not t.on_meta and t.original.numel() > 0:
+                storage = (str(t.origin), t.original.untyped_storage().data_ptr())
+                keys.append((('storage', storage), f'the storage of tensor {t.name!r}'))
+        return keys
+
+    def _check_device(self, where: str, t: LayerTensor) -> None:
+        origin = t.origin
+        if origin.type in ('cpu', 'meta') or _same_device(origin, self.device):
+            if not self._streams_contiguous_ok(t):
+                raise LayerError(
+                    f'tensor {t.name!r} of layer {where} is not contiguous; call '
+                    '.contiguous() on it before attaching (slot views are contiguous)'
+                )
+            return
+        raise LayerError(
+            f'tensor {t.name!r} of layer {where} is on {origin}; the runtime targets '
+            f'{self.device} and accepts layers on cpu, meta or {self.device}: move it first'
+        )
+
+    @staticmethod
+    def _streams_contiguous_ok(t: LayerTensor) -> bool:
+        return t.on_meta or t.original.is_contiguous()
+
+    # ---------------------------------------------------------------- lifecycle
+    def attach(self, source: TensorSource | None = None) -> None:
+        """Move resident layers to the device and pack streamed ones into pinned host regions.
+
+        Layers with tensors on ``meta`` are filled from ``source`` straight into place.
+        """
+        if self._attached:
+            raise StateError('attach() called twice; call detach() first')
+        try:
+            self._attach(source)
+        except BaseException:
+            self._attached = True
+            self.detach()
+            raise
+        self._attached = True
+        if self.instrument:
+            self.reset_stats()
+        logger.info('attached: %d resident, %d streamed layers, %d pinned bytes',
+                    len(self._resident), len(self._streamed), self.pinned_bytes)
+
+    def _attach(self, source: TensorSource | None) -> None:
+        with torch.no_grad():
+            streamed_infos = [i for i in self._infos if not i.resident]
+            if streamed_infos:
+                self._streamer = SlotStreamer(
+                    self.device, self.vram_plan.slot_bytes, self.vram_plan.n_slots,
+                    self._clock if self.instrument else None)
+            pin = self.device.type == 'cuda'
+            for info in self._infos:
+                tensors = collect_tensors(info.module)
+                if info.resident:
+                    layer = ResidentLayer(tensors, info.qualified)
+                    self._resident.append(layer)  # before attach: detach undoes a partial one
+                    layer.attach(self.device, source)
+                    if self.instrument:
+                        self._hook_resident(info)
+                else:
+                    assert self._streamer is not None
+                    st = StreamedLayer(len(self._streamed), tensors, info.qualified)
+                    st.attach(self._streamer.slots, pin, source)
+                    self._streamed.append(st)
+                    self._hook_streamed(info, st)
+        self._link(streamed_infos)
+
+    def _link(self, streamed_infos: list[_LayerInfo]) -> None:
+        """Precompute the static part of the prefetch order (next layer within a sequence)."""
+        self._first, self._next = {}, {}
+        previous: tuple[str, StreamedLayer] | None = None
+        for info, st in zip(streamed_infos, self._streamed, strict=True):
+            self._first.setdefault(info.sequence, st)
+            if previous is not None:
+                self._next[previous[1].layer_id] = st if previous[0] == info.sequence else None
+            previous = (info.sequence, st)
+        if previous is not None:
+            self._next[previous[1].layer_id] = None
+
+    def detach(self) -> None:
+        """Remove hooks and give every layer its weights back as before attach."""
+        if not self._attached:
+            raise StateError('detach() called without attach()')
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+        if self._streamer is not None:
+            self._streamer.close()
+            self._streamer = None
+        with torch.no_grad():
+            for st in self._streamed:
+                st.detach()
+            for layer in self._resident:
+                layer.detach()
+        self._streamed, self._resident = [], []
+        self._first, self._next = {}, {}
+        self._hint, self._current, self._log = None, None, None
+        self._attached = False
+
+    # ---------------------------------------------------------------- scheduling
+    def hint_next(self, sequence: str) -> None:
+        """After the current repetition of the running sequence, ``sequence`` runs next."""
+        if sequence not in {s.name for s in self.sequences}:
+            raise PlanError(f'hint_next({sequence!r}): no such sequence; known: '
+                            f'{[s.name for s in self.sequences]}')
+        self._hint = sequence
+
+    def prime(self, sequence: str) -> None:
+        """Start copying the first streamed layer of ``sequence`` now (e.g. before a new frame)."""
+        st = self._first.get(sequence)
+        if st is not None and self._streamer is not None and self.mode is Mode.PIPELINED:
+            self._streamer.prefetch(st.layer_id, st.src, st.dsts)
+
+    def _upcoming(self, st: StreamedLayer, sequence: str) -> StreamedLayer | None:
+        nxt = self._next[st.layer_id]
+        if nxt is not None:
+            return nxt
+        target = self._hint if self._hint is not None else sequence
+        self._hint = None
+        return self._first.get(target)
+
+    # ---------------------------------------------------------------- hooks
+    def _hook_streamed(self, info: _LayerInfo, st: StreamedLayer) -> None:
+        streamer = self._streamer
+        assert streamer is not None
+        prefetch = self.mode is Mode.PIPELINED
+        sequence, index = info.sequence, info.index
+
+        def pre(module: nn.Module, args: Any) -> None:
+            slot = streamer.acquire(st.layer_id, st.src, st.dsts)
+            if st.bound_slot != slot:
+                st.bind(slot)
+            if self._log is not None:
+                self._begin_streamed(sequence, index, st.nbytes, streamer)
+            if prefetch:
+                nxt = self._upcoming(st, sequence)
+                if nxt is not None:
+                    streamer.prefetch(nxt.layer_id, nxt.src, nxt.dsts)
+
+        def post(module: nn.Module, args: Any, output: Any) -> None:
+            if self._log is not None:
+                self._end_call()
+            streamer.release()
+
+        self._handles.append(info.module.register_forward_pre_hook(pre))
+        self._handles.append(info.module.register_forward_hook(post, always_call=True))
+
+    def _hook_resident(self, info: _LayerInfo) -> None:
+        sequence, index = info.sequence, info.index
+
+        def pre(module: nn.Module, args: Any) -> None:
+            if self._log is not None:
+                rep = self._reps.observe(sequence, index)
+                self._current = CallMarks(sequence, index, rep, False,
+                                          start=self._clock.mark(self._stream()))
+
+        def post(module: nn.Module, args: Any, output: Any) -> None:
+            if self._log is not None:
+                self._end_call()
+
+        self._handles.append(info.module.register_forward_pre_hook(pre))
+        self._handles.append(info.module.register_forward_hook(post, always_call=True))
+
+    # ---------------------------------------------------------------- instrumentation
+    def _stream(self) -> Any:
+        return torch.cuda.current_stream(self.device) if self.device.type == 'cuda' else None
+
+    def _begin_streamed(self, sequence: str, index: int, nbytes: int,
+                        streamer: SlotStreamer) -> None:
+        rep = self._reps.observe(sequence, index)
+        dma, wait = streamer.last_dma, streamer.last_wait
+        self._current = CallMarks(sequence, index, rep, True, nbytes if dma else 0, dma, wait,
+                                  start=wait[1] if wait else self._clock.mark(self._stream()))
+
+    def _end_call(self) -> None:
+        current, log = self._current, self._log
+        if current is None or log is None:
+            return
+        current.end = self._clock.mark(self._stream())
+        log.calls.append(current)
+        self._current = None
+
+    def reset_stats(self) -> None:
+        """Start a new recording (timing must have been enabled with ``instrument=True``)."""
+        if not self.instrument:
+            raise StateError('reset_stats() needs OffloadRuntime(..., instrument=True)')
+        self._log = CallLog(self._clock)
+        self._reps.reset()
+        if self._streamer is not None:
+            self._streamer.copies = self._streamer.wasted_copies = self._streamer.wasted_bytes = 0
+
+    def stats(self) -> RuntimeStats:
+        """Per-call and per-sequence timing since attach or the last :meth:`reset_stats`.
+
+        Blocks until the device finished the recorded work (never call it on the hot path).
+        """
+        if not self.instrument or self._log is None:
+            raise StateError('stats() needs instrument=True and an attached runtime')
+        synchronize(self.device)
+        calls = self._log.resolve()
+        streamer = self._streamer
+        return RuntimeStats(
+            calls=tuple(calls), totals=totals(calls),
+            copies=streamer.copies if streamer else 0,
+            wasted_copies=streamer.wasted_copies if streamer else 0,
+            wasted_bytes=streamer.wasted_bytes if streamer else 0,
+            pinned_bytes=self.pinned_bytes, host_bytes=self.host_bytes,
+            streamed_param_bytes=self.streamed_param_bytes,
+        )
+
+    # ---------------------------------------------------------------- accounting
+    @property
+    def pinned_bytes(self) -> int:
+        """Host bytes page-locked for streamed layers (0 without CUDA)."""
+        return sum(st.region.pinned_bytes for st in self._streamed if st.region is not None)
+
+    @property
+    def host_bytes(self) -> int:
+        """Host bytes held by the streamed layers' regions (pinned or not)."""
+        return sum(st.region.allocated_bytes for st in self._streamed if st.region is not None)
+
+    @property
+    def attached(self) -> bool:
+        """Whether the runtime currently owns the layers' weights."""
+        return self._attached

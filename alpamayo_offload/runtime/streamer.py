@@ -1,0 +1,155 @@
+"""The one owner of the copy stream, the device slots and the event protocol between them.
+
+Streamed layers take turns in ``n_slots`` flat device buffers (two when pipelined, one when
+sequential), each sized to the largest streamed layer. Per slot ``s`` there are two events:
+
+1. ``slot_free[s]`` is recorded on the compute stream after the layer using slot ``s`` has been
+   enqueued (compute-done). A copy into slot ``s`` first makes the copy stream wait on it, so a
+   copy never overwrites weights a queued kernel still reads (write-after-read).
+2. ``copy_done[s]`` is recorded on the copy stream after the host-to-device copy into slot ``s``.
+   Before a layer in slot ``s`` runs, the compute stream waits on it, so no kernel reads weights
+   before they have arrived (read-after-write).
+
+Both waits are device-side (``wait_event``); nothing here blocks the host in steady state. Each
+slot records which layer it holds, so a wrong prefetch guess costs a copy, never correctness.
+No other module creates streams or waits on events. On a device without CUDA the same logic
+runs with synchronous copies into CPU slot buffers and no events.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from .schedule import choose_slot
+from .timing import Clock
+
+_EMPTY = -1
+
+
+class SlotStreamer:
+    """Copies layers' flat host regions into device slots, ordered by per-slot events."""
+
+    def __init__(self, device: torch.device, slot_bytes: int, n_slots: int,
+                 clock: Clock | None = None) -> None:
+        if n_slots not in (1, 2):
+            raise ValueError(f'n_slots must be 1 (sequential) or 2 (pipelined), got {n_slots}')
+        if slot_bytes <= 0:
+            raise ValueError(f'slot_bytes must be > 0, got {slot_bytes}')
+        self.device = device
+        self.n_slots = n_slots
+        self.slots = tuple(torch.empty(slot_bytes, dtype=torch.uint8, device=device)
+                           for _ in range(n_slots))
+        self._cuda = device.type == 'cuda'
+        self._copy_stream: Any = torch.cuda.Stream(device) if self._cuda else None
+        self._copy_done: list[Any] = [torch.cuda.Event() if self._cuda else None
+                                      for _ in range(n_slots)]
+        self._slot_free: list[Any] = [torch.cuda.Event() if self._cuda else None
+                                      for _ in range(n_slots)]
+        self._holder = [_EMPTY] * n_slots
+        self._fresh = [False] * n_slots        # copied, not yet used by a layer
+        self._issued_at = [0] * n_slots
+        self._dma_marks: list[tuple[Any, Any] | None] = [None] * n_slots
+        self._issue_count = 0
+        self._in_use: int | None = None
+        self._clock = clock
+        self.copies = 0
+        self.wasted_copies = 0
+        self.wasted_bytes = 0
+        self.last_dma: tuple[Any, Any] | None = None
+        self.last_wait: tuple[Any, Any] | None = None
+
+    def holds(self, layer_id: int) -> int | None:
+        """Return the slot holding (or receiving) ``layer_id``, if any."""
+        for s in range(self.n_slots):
+            if self._holder[s] == layer_id:
+                return s
+        return None
+
+    def acquire(self, layer_id: int, src: torch.Tensor, dsts: Sequence[torch.Tensor]) -> int:
+        """Make the compute stream wait until ``layer_id`` sits in a slot; return that slot.
+
+        Copies now if no slot holds the layer (a cold start or a wrong guess).
+        ``dsts[s]`` is the layer-sized view of slot ``s``.
+        """
+        if self._in_use is not None:
+            self.release()
+        slot = self.holds(layer_id)
+        if slot is None:
+            slot = choose_slot(self.n_slots, None, self._issued_at)
+            self._issue(slot, layer_id, src, dsts[slot])
+        self.last_dma = self._dma_marks[slot] if self._fresh[slot] else None
+        self._fresh[slot] = False
+        if self._cuda:
+            compute = torch.cuda.current_stream(self.device)
+            before = self._clock.mark(compute) if self._clock else None
+            compute.wait_event(self._copy_done[slot])
+            after = self._clock.mark(compute) if self._clock else None
+            self.last_wait = (before, after) if self._clock else None
+        elif self._clock:
+            now = self._clock.mark(None)
+            self.last_wait = (now, now)
+        self._in_use = slot
+        return slot
+
+    def prefetch(self, layer_id: int, src: torch.Tensor, dsts: Sequence[torch.Tensor]) -> None:
+        """Start copying ``layer_id`` into a slot other than the one in use (no-op if held)."""
+        if self.n_slots < 2 or self.holds(layer_id) is not None:
+            return
+        slot = choose_slot(self.n_slots, self._in_use, self._issued_at)
+        self._issue(slot, layer_id, src, dsts[slot])
+
+    def release(self) -> None:
+        """Record compute-done for the slot in use: later copies into it wait for this point."""
+        slot = self._in_use
+        if slot is None:
+            return
+        if self._cuda:
+            self._slot_free[slot].record(torch.cuda.current_stream(self.device))
+        self._in_use = None
+
+    def _issue(self, slot: int, layer_id: int, src: torch.Tensor, dst: torch.Tensor) -> None:
+        if self._fresh[slot]:
+            self.wasted_copies += 1
+            self.wasted_bytes += dst.numel()
+        self._issue_count += 1
+        self._issued_at[slot] = self._issue_count
+        self._holder[slot] = layer_id
+        self._fresh[slot] = True
+        self.copies += 1
+        if self._cuda:
+            stream = self._copy_stream
+            with torch.cuda.stream(stream):
+                stream.wait_event(self._slot_free[slot])
+                start = self._clock.mark(stream) if self._clock else None
+                dst.copy_(src, non_blocking=True)
+                end = self._clock.mark(stream) if self._clock else None
+                self._copy_done[slot].record(stream)
+        else:
+            start = self._clock.mark(None) if self._clock else None
+            dst.copy_(src)
+            end = self._clock.mark(None) if self._clock else None
+        self._dma_marks[slot] = (start, end) if self._clock else None
+
+    def forget(self) -> None:
+        """Mark every slot empty (their contents stay valid but will be copied again)."""
+        self._holder = [_EMPTY] * self.n_slots
+        self._fresh = [False] * self.n_slots
+
+    def drain(self) -> None:
+        """Block the host until all copies and queued compute finished (off the hot path only)."""
+        if self._cuda:
+            torch.cuda.synchronize(self.device)
+
+    def close(self) -> None:
+        """Wait for outstanding work, then drop the slots."""
+        self.drain()
+        self.slots = ()
+        self._holder = [_EMPTY] * self.n_slots
+
+
+def synchronize(device: torch.device) -> None:
+    """Block the host until ``device`` is idle; for stats and teardown, never the hot path."""
+    if device.type == 'cuda':
+        torch.cuda.synchronize(device)
