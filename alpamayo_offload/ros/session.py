@@ -1,0 +1,166 @@
+"""Run the node as a subprocess, feed it a bag through the player, and record what it publishes.
+
+Shared by the demo and the integration tests so both exercise exactly what the launch file
+starts: the `alpamayo_offload.ros.node` entry point with `config/alpamayo_offload.yaml`.
+"""
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import rclpy
+from diagnostic_msgs.msg import DiagnosticArray
+from nav_msgs.msg import Path as PathMsg
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.node import Node
+
+from .node import NODE_NAME
+
+_NS = 1_000_000_000
+NODE_COMMAND = (sys.executable, '-m', 'alpamayo_offload.ros.node')
+
+
+def default_params_file() -> Path:
+    """Return the parameter file the launch file uses (installed share dir, else source tree)."""
+    try:
+        from ament_index_python.packages import get_package_share_directory
+
+        installed = Path(get_package_share_directory('alpamayo_offload')) / 'config'
+    except (ImportError, LookupError, OSError, ValueError):  # no ament index: source tree
+        installed = Path('/nonexistent')
+    source = Path(__file__).resolve().parents[2] / 'config'
+    for folder in (installed, source):
+        if (folder / 'alpamayo_offload.yaml').is_file():
+            return folder / 'alpamayo_offload.yaml'
+    raise FileNotFoundError('config/alpamayo_offload.yaml not found in the package share '
+                            f'directory or {source}; run from the source tree or install')
+
+
+@dataclass(frozen=True)
+class PathRecord:
+    """One received `nav_msgs/Path`."""
+
+    topic: str
+    stamp_ns: int
+    frame_id: str
+    xyz: np.ndarray
+    quat_xyzw: np.ndarray
+    received_ns: int
+
+
+@dataclass(frozen=True)
+class StatusRecord:
+    """One `DiagnosticStatus` from the node."""
+
+    name: str
+    level: int
+    message: str
+    values: dict[str, str]
+    received_ns: int
+
+
+@dataclass
+class SessionResult:
+    """Everything observed during one run."""
+
+    paths: list[PathRecord] = field(default_factory=list)
+    statuses: list[StatusRecord] = field(default_factory=list)
+    node_alive_at_end: bool = False
+    node_output: str = ''
+
+    def status(self, task: str) -> list[StatusRecord]:
+        """Statuses of one task ('inference', 'input', 'model'), in arrival order."""
+        return [s for s in self.statuses if s.name.endswith(f': {task}')]
+
+
+def _remap_args(remaps: dict[str, str]) -> list[str]:
+    return [a for src, dst in remaps.items() for a in ('-r', f'{src}:={dst}')]
+
+
+def node_command(param_files: list[Path], overrides: dict[str, str], remaps: dict[str, str],
+                 command: tuple[str, ...] = NODE_COMMAND) -> list[str]:
+    """Command line of the node with parameter files, `-p` overrides and remaps."""
+    args = [*command, '--ros-args']
+    for f in param_files:
+        args += ['--params-file', str(f)]
+    for k, v in overrides.items():
+        args += ['-p', f'{k}:={v}']
+    return args + _remap_args(remaps)
+
+
+def run_session(bag: Path, *, param_files: list[Path] | None = None,
+                overrides: dict[str, str] | None = None, remaps: dict[str, str] | None = None,
+                ready_timeout_s: float = 60.0, tail_s: float = 1.5, rate: float = 1.0,
+                command: tuple[str, ...] = NODE_COMMAND) -> SessionResult:
+    """Start the node, wait until its model is ready, play `bag` (restamped), collect, stop."""
+    files = param_files if param_files is not None else [default_params_file()]
+    cmd = node_command(files, overrides or {}, remaps or {}, command)
+    result = SessionResult()
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    player = None
+    try:
+        node = Node('session_collector', context=ctx)
+        executor = SingleThreadedExecutor(context=ctx)
+        executor.add_node(node)
+        _subscribe(node, result)
+        deadline = time.monotonic() + ready_timeout_s
+        while not _model_settled(result) and time.monotonic() < deadline and proc.poll() is None:
+            executor.spin_once(timeout_sec=0.1)
+        player = subprocess.Popen(
+            [sys.executable, '-m', 'alpamayo_offload.ros.bag_player', str(bag), '--restamp',
+             '--rate', str(rate), '--wait-for-subscribers', '3'],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        while player.poll() is None:
+            executor.spin_once(timeout_sec=0.05)
+        end = time.monotonic() + tail_s
+        while time.monotonic() < end:
+            executor.spin_once(timeout_sec=0.05)
+        result.node_alive_at_end = proc.poll() is None
+        node.destroy_node()
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        result.node_output = proc.communicate()[0] or ''
+        if player is not None:
+            result.node_output += '\n--- player ---\n' + (player.communicate()[0] or '')
+        rclpy.try_shutdown(context=ctx)
+    return result
+
+
+def _model_settled(result: SessionResult) -> bool:
+    models = result.status('model')
+    return bool(models) and models[-1].values.get('model_state') in ('ready', 'error')
+
+
+def _subscribe(node: Node, result: SessionResult) -> None:
+    for topic in (f'/{NODE_NAME}/output/path', f'/{NODE_NAME}/output/path_odom'):
+        node.create_subscription(PathMsg, topic, lambda m, t=topic: result.paths.append(
+            _path_record(t, m)), 10)
+
+    def on_diag(msg: DiagnosticArray) -> None:
+        now = time.time_ns()
+        result.statuses.extend(
+            StatusRecord(s.name, s.level[0] if isinstance(s.level, bytes) else int(s.level),
+                         s.message, {kv.key: kv.value for kv in s.values}, now)
+            for s in msg.status if s.name.startswith(NODE_NAME))
+
+    node.create_subscription(DiagnosticArray, '/diagnostics', on_diag, 50)
+
+
+def _path_record(topic: str, msg: PathMsg) -> PathRecord:
+    xyz = np.array([[p.pose.position.x, p.pose.position.y, p.pose.position.z] for p in msg.poses])
+    quat = np.array([[p.pose.orientation.x, p.pose.orientation.y, p.pose.orientation.z,
+                      p.pose.orientation.w] for p in msg.poses])
+    return PathRecord(topic, msg.header.stamp.sec * _NS + msg.header.stamp.nanosec,
+                      msg.header.frame_id, xyz.reshape(-1, 3), quat.reshape(-1, 4), time.time_ns())
