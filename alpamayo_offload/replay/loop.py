@@ -11,7 +11,7 @@ import logging
 import struct
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -220,17 +220,15 @@ def replay_bag(bag: PreparedBag, cfg: ReplayConfig, planner: Planner, store: Sam
     fire_until(None)
 
 
-def run_replay(bags: Iterable[Path | str], cfg: ReplayConfig, planner: Planner,
+def run_replay(bags: Sequence[PreparedBag], cfg: ReplayConfig, planner: Planner,
                store: SampleStore, *, progress: bool = True,
-               planner_errors: tuple[type[Exception], ...] = (),
-               prepared: Sequence[PreparedBag] | None = None) -> RunState:
-    """Replay every bag into `store`; Ctrl-C and bag errors stop it with finished samples kept.
+               planner_errors: tuple[type[Exception], ...] = ()) -> RunState:
+    """Replay scanned bags into `store`; Ctrl-C or a damaged bag stop it, finished samples kept.
 
-    Raises `BagError` (the state so far is in `state` of the error's caller via `prepared`);
-    KeyboardInterrupt is caught and reported as `interrupted`.
+    Never raises for those two: the state says `interrupted` or carries the `BagError` text, so the
+    caller still writes the report of what is done.
     """
-    state = RunState(bags=list(prepared) if prepared is not None else
-                     [prepare_bag(b, cfg) for b in bags])
+    state = RunState(bags=list(bags))
     total = sum(len(b.ticks) for b in state.bags)
     done = store.done()
     initial = sum(1 for b in state.bags for t in b.ticks if (b.key, t) in done)
@@ -244,4 +242,7 @@ def run_replay(bags: Iterable[Path | str], cfg: ReplayConfig, planner: Planner,
             state.interrupted = True
             _LOG.warning('interrupted: %d samples are stored in %s; rerun with --resume',
                          len(store.records), store.path)
+        except BagError as err:
+            state.error = str(err)
+            _LOG.error('%s', err)
     return state

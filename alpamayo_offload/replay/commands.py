@@ -1,0 +1,71 @@
+"""`alpamayo-offload replay BAG [BAG ...]`: evaluate the model on recorded drives."""
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+from typing import Any
+
+_LOG = logging.getLogger(__name__)
+
+DEFAULT_PARAMS = Path('config/alpamayo_offload.yaml')
+
+
+def register(subparsers: Any) -> None:
+    """Add the `replay` sub-command (heavy imports happen only when it runs)."""
+    p = subparsers.add_parser(
+        'replay', help='evaluate on ROS 2 bags against the driven path',
+        description='Replay ROS 2 bags (mcap or sqlite3) through the node\'s input assembly and '
+        'the model, and score predictions against the future odometry. Writes metrics.json, '
+        'report.md, plots and optionally result bags to --out; Ctrl-C keeps finished samples '
+        '(continue with --resume).')
+    p.add_argument('bags', nargs='+', type=Path, metavar='BAG', help='bag directory or file')
+    p.add_argument('--params', type=Path, action='append', default=None, metavar='YAML',
+                   help=f'node parameter file(s), merged in order (default: {DEFAULT_PARAMS})')
+    p.add_argument('--plan', type=Path, default=None, metavar='YAML',
+                   help='residency plan file from `alpamayo-offload plan` (merged last)')
+    p.add_argument('--remap', action='append', default=[], metavar='FROM:=TO',
+                   help='topic remap as in launch, e.g. ~/input/odometry:=/localization/odometry')
+    p.add_argument('--node-name', default='alpamayo_offload', help='node name that `~` expands to')
+    p.add_argument('--out', type=Path, default=Path('replay_report'), help='report directory')
+    p.add_argument('--rate', type=float, default=None, metavar='HZ',
+                   help='evaluation rate (default: the node rate, 1 / inference.period_s)')
+    p.add_argument('--resume', action='store_true', help='continue an interrupted run in --out')
+    p.add_argument('--result-bag', action='store_true',
+                   help='also write result bags (nav_msgs/Path + diagnostics) under --out')
+    p.add_argument('--result-storage', choices=('mcap', 'sqlite3'), default='mcap')
+    p.add_argument('--model', default=None, help='override the `model` parameter')
+    p.add_argument('--device', default=None, help='override the `device` parameter')
+    p.add_argument('--bev-plots', type=int, default=4, help='bird\'s-eye plots of N samples')
+    p.add_argument('--no-progress', action='store_true', help='no progress bar on stderr')
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Load configuration, scan bags, build the engine, replay, report; returns the exit status."""
+    from alpamayo_offload.replay.errors import ReplayError
+    from alpamayo_offload.replay.params import load_replay_config, parse_remaps
+    from alpamayo_offload.replay.session import ResultBagOptions, prepare, replay_session
+
+    overrides = {k: v for k, v in (('model', args.model), ('device', args.device)) if v}
+    files = list(args.params or [DEFAULT_PARAMS]) + ([args.plan] if args.plan else [])
+    try:
+        cfg = load_replay_config(files, remaps=parse_remaps(args.remap), node_name=args.node_name,
+                                 rate_hz=args.rate, overrides=overrides)
+        bags = prepare(args.bags, cfg)
+    except ReplayError as err:
+        _LOG.error('%s', err)
+        return 2
+    from alpamayo_offload.engine import Engine, EngineConfig, EngineError
+
+    engine = Engine.from_config(EngineConfig(**cfg.engine))
+    try:
+        result = replay_session(
+            bags, cfg, engine.infer, args.out, model_info=engine.info, resume=args.resume,
+            progress=not args.no_progress, planner_errors=(EngineError,),
+            result_bag=ResultBagOptions(storage=args.result_storage) if args.result_bag else None,
+            bev_count=args.bev_plots)
+    except ReplayError as err:
+        _LOG.error('%s', err)
+        return 2
+    return result.exit_code
