@@ -74,7 +74,7 @@ def _decode_compressed(image: EncodedImage, size_hw: tuple[int, int] | None) -> 
             img.draft('RGB', (size_hw[1], size_hw[0]))
         img = img.convert('RGB')
     except OSError as err:  # PIL raises OSError subclasses for both truncated and corrupt data
-        reason = IMAGE_TRUNCATED if 'truncated' in str(err) else IMAGE_CORRUPT
+        reason = IMAGE_TRUNCATED if 'truncated' in str(err).lower() else IMAGE_CORRUPT
         raise InputError(reason, f'{image.encoding} frame at stamp {image.stamp_ns} '
                          f'({len(image.data)} bytes) does not decode: {err}') from err
     except (ValueError, SyntaxError) as err:  # PIL's PNG chunk parser raises SyntaxError

@@ -66,7 +66,7 @@ def slerp(q0: np.ndarray, q1: np.ndarray, u: float) -> np.ndarray:
     dot = float(np.dot(q0, q1))
     if dot < 0.0:  # take the short way round
         q1, dot = -q1, -dot
-    if dot > 0.9995:  # nearly parallel: lerp is exact to float precision and avoids 0/0
+    if dot > 1.0 - 1e-12:  # angle below ~1e-6 rad: lerp is exact to float precision, no 0/0
         q = q0 + u * (q1 - q0)
         return q / np.linalg.norm(q)
     theta = np.arccos(min(dot, 1.0))
