@@ -4,7 +4,8 @@ The objective is the pipeline replay (`predictor.predict`), so position effects 
 layer, runs of consecutive resident layers, prefetch across passes) are priced exactly rather
 than by rule. The search is a lazy greedy knapsack on benefit per byte, i.e. the paper's
 B = R * dC / M measured on the replay against the current plan, with ties broken towards the
-layer farthest from other resident layers of its sequence (the interleaving of Eq. 8). It runs
+layer that joins the shortest run of consecutive residents and lies farthest from the others
+(the interleaving of Eq. 8, generalised). It runs
 once with the token embedding on the GPU and once with it on the host, and the result is never
 worse than the paper's interleaved VLM-only plan for the same budget (that plan is a candidate).
 """
@@ -110,10 +111,16 @@ def _check_budget(profile: Profile, budget_bytes: int, options: PlannerOptions) 
             f'{format_bytes(parts.working_set)}); give --budget {format_bytes(floor)} or more')
 
 
-def _spacing(placement: Placement, name: str, index: int, n_layers: int) -> int:
-    """Distance to the nearest resident layer of the same sequence (n_layers if none)."""
+def _crowding(placement: Placement, name: str, index: int, n_layers: int) -> tuple[int, int]:
+    """Rank how much adding `index` bunches the residents of its sequence.
+
+    First the run of consecutive residents it would join (shorter is better), then minus the
+    distance to the nearest resident (farther is better).
+    """
     chosen = placement.resident.get(name, frozenset())
-    return min((abs(index - i) for i in chosen), default=n_layers)
+    left = next(k for k in range(index + 1) if index - 1 - k not in chosen)
+    right = next(k for k in range(n_layers - index) if index + 1 + k not in chosen)
+    return 1 + left + right, -min((abs(index - i) for i in chosen), default=n_layers)
 
 
 def _greedy(profile: Profile, budget_bytes: int, options: PlannerOptions,
@@ -127,15 +134,15 @@ def _greedy(profile: Profile, budget_bytes: int, options: PlannerOptions,
     used = vram_needed(profile, placement).total
     version = 0
 
-    def key(name: str, index: int) -> tuple[float, float, int, int]:
-        """Heap key (smaller pops first): density, spacing, then a stable order."""
+    def key(name: str, index: int) -> tuple[float, tuple[int, int], int, int]:
+        """Heap key (smaller pops first): density, crowding, then a stable order."""
         trial = placement.with_layer(name, index)
         gain = current - predict(profile, trial, options.workload, options.pipeline).total_ms
         extra = vram_needed(profile, trial).total - used
         density = float('inf') if extra <= 0 else gain / (extra / _MIB)
         seq = profile.sequence(name)
         rounded = round(density / _TIE_MS) * _TIE_MS if density != float('inf') else density
-        return (-rounded, -_spacing(placement, name, index, seq.n_layers),
+        return (-rounded, _crowding(placement, name, index, seq.n_layers),
                 names.index(name), index)
 
     heap = [(key(n, i), version, n, i) for n in names for i in range(profile.sequence(n).n_layers)]
