@@ -24,7 +24,7 @@ from .errors import LayerError, PlanError, StateError
 from .layout import pack
 from .schedule import RepetitionCounter
 from .source import TensorSource
-from .streamer import SlotStreamer, synchronize
+from .streamer import SlotStreamer, slot_allocation_bytes, synchronize
 from .timing import CallLog, CallMarks, Clock, RuntimeStats, totals
 
 logger = logging.getLogger(__name__)
@@ -45,14 +45,25 @@ def _default_device() -> torch.device:
     return torch.device('cuda') if torch.cuda.is_available() else torch.device('cpu')
 
 
-def _same_device(a: torch.device, b: torch.device) -> bool:
+def same_device(a: torch.device, b: torch.device) -> bool:
+    """Whether two devices are the same (``cuda`` without an index means the current one)."""
     if a.type != b.type:
         return False
-    if a.type != 'cuda':
+    if a.type != 'cuda' or a.index == b.index:
         return True
     ia = a.index if a.index is not None else torch.cuda.current_device()
     ib = b.index if b.index is not None else torch.cuda.current_device()
     return ia == ib
+
+
+def check_origin(where: str, name: str, origin: torch.device, target: torch.device) -> None:
+    """Raise :class:`LayerError` unless a tensor on ``origin`` may be attached for ``target``."""
+    if origin.type in ('cpu', 'meta') or same_device(origin, target):
+        return
+    raise LayerError(
+        f'tensor {name!r} of layer {where} is on {origin}; the runtime targets {target} and '
+        f'accepts layers on cpu, meta or {target}: move the layer first'
+    )
 
 
 class OffloadRuntime:
@@ -77,13 +88,14 @@ class OffloadRuntime:
         streamed = [i for i in self._infos if not i.resident]
         slot_bytes = max((pack((t.name, t.spec) for t in collect_tensors(i.module)).nbytes
                           for i in streamed), default=0)
+        self._slot_bytes = slot_bytes
         self.streamed_param_bytes = sum(t.spec.nbytes for i in streamed
                                         for t in collect_tensors(i.module))
         self.vram_plan = VramPlan(
             resident_bytes=sum(device_bytes(t.spec.nbytes) for i in self._infos if i.resident
                                for t in collect_tensors(i.module)),
             resident_layers=sum(1 for i in self._infos if i.resident),
-            slot_bytes=slot_bytes,
+            slot_bytes=slot_allocation_bytes(slot_bytes) if slot_bytes else 0,
             n_slots=_SLOTS_PER_MODE[self.mode] if streamed else 0,
             fixed_bytes=fixed_bytes,
             working_set_bytes=working_set_bytes,
@@ -155,22 +167,12 @@ class OffloadRuntime:
         return keys
 
     def _check_device(self, where: str, t: LayerTensor) -> None:
-        origin = t.origin
-        if origin.type in ('cpu', 'meta') or _same_device(origin, self.device):
-            if not self._streams_contiguous_ok(t):
-                raise LayerError(
-                    f'tensor {t.name!r} of layer {where} is not contiguous; call '
-                    '.contiguous() on it before attaching (slot views are contiguous)'
-                )
-            return
-        raise LayerError(
-            f'tensor {t.name!r} of layer {where} is on {origin}; the runtime targets '
-            f'{self.device} and accepts layers on cpu, meta or {self.device}: move it first'
-        )
-
-    @staticmethod
-    def _streams_contiguous_ok(t: LayerTensor) -> bool:
-        return t.on_meta or t.original.is_contiguous()
+        check_origin(where, t.name, t.origin, self.device)
+        if not t.on_meta and not t.original.is_contiguous():
+            raise LayerError(
+                f'tensor {t.name!r} of layer {where} is not contiguous; call .contiguous() on it '
+                'before attaching (slot views and device copies are contiguous)'
+            )
 
     # ---------------------------------------------------------------- lifecycle
     def attach(self, source: TensorSource | None = None) -> None:
@@ -197,7 +199,7 @@ class OffloadRuntime:
             streamed_infos = [i for i in self._infos if not i.resident]
             if streamed_infos:
                 self._streamer = SlotStreamer(
-                    self.device, self.vram_plan.slot_bytes, self.vram_plan.n_slots,
+                    self.device, self._slot_bytes, self.vram_plan.n_slots,
                     self._clock if self.instrument else None)
             pin = self.device.type == 'cuda'
             for info in self._infos:

@@ -22,10 +22,23 @@ from typing import Any
 
 import torch
 
+from .layout import TENSOR_ALIGN, align_up
 from .schedule import choose_slot
 from .timing import Clock
 
 _EMPTY = -1
+
+
+def slot_allocation_bytes(slot_bytes: int) -> int:
+    """Device bytes one slot of ``slot_bytes`` takes (room to align its start)."""
+    return slot_bytes + TENSOR_ALIGN
+
+
+def _aligned_empty(nbytes: int, device: torch.device) -> torch.Tensor:
+    """Allocate a uint8 buffer starting at a ``TENSOR_ALIGN`` boundary (CPU allocs are not)."""
+    raw = torch.empty(slot_allocation_bytes(nbytes), dtype=torch.uint8, device=device)
+    start = align_up(raw.data_ptr(), TENSOR_ALIGN) - raw.data_ptr()
+    return raw.narrow(0, start, nbytes)
 
 
 class SlotStreamer:
@@ -39,8 +52,7 @@ class SlotStreamer:
             raise ValueError(f'slot_bytes must be > 0, got {slot_bytes}')
         self.device = device
         self.n_slots = n_slots
-        self.slots = tuple(torch.empty(slot_bytes, dtype=torch.uint8, device=device)
-                           for _ in range(n_slots))
+        self.slots = tuple(_aligned_empty(slot_bytes, device) for _ in range(n_slots))
         self._cuda = device.type == 'cuda'
         self._copy_stream: Any = torch.cuda.Stream(device) if self._cuda else None
         self._copy_done: list[Any] = [torch.cuda.Event() if self._cuda else None
