@@ -1,1 +1,24 @@
-"""model subpackage."""
+"""Alpamayo-R1 rebuilt on transformers' Qwen3-VL classes: model, checkpoint I/O, inference.
+
+Never imports the runtime: the engine connects the two through `layer_sequences()`,
+`non_layer_modules()`, `CheckpointTensorSource` and the `PhaseObserver` protocol.
+"""
+from __future__ import annotations
+
+from .alpamayo import AlpamayoR1, build_meta, build_random, materialize_random
+from .checkpoint import CheckpointTensorSource, load_checkpoint, save_checkpoint
+from .config import AlpamayoConfig, full_config, preset, scaled_config, tiny_config
+from .errors import CheckpointError, ConfigError, ModelError, ModelInputError
+from .inference import DecodeOptions, InferenceResult, Rollout, run_inference
+from .inputs import ModelInputs, inputs_from_processed, prepare_inputs, to_t0_frame
+from .observer import NullObserver, PhaseObserver
+from .tokens import SyntheticTextIds, TextEncoder, TokenizerDirEncoder
+
+__all__ = [
+    "AlpamayoConfig", "AlpamayoR1", "CheckpointError", "CheckpointTensorSource", "ConfigError",
+    "DecodeOptions", "InferenceResult", "ModelError", "ModelInputError", "ModelInputs",
+    "NullObserver", "PhaseObserver", "Rollout", "SyntheticTextIds", "TextEncoder",
+    "TokenizerDirEncoder", "build_meta", "build_random", "full_config", "inputs_from_processed",
+    "load_checkpoint", "materialize_random", "prepare_inputs", "preset", "run_inference",
+    "save_checkpoint", "scaled_config", "tiny_config", "to_t0_frame",
+]

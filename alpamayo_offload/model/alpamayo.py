@@ -1,0 +1,138 @@
+"""The Alpamayo-R1 module tree, with the release's attribute paths and checkpoint keys.
+
+    AlpamayoR1
+    |- vlm              Qwen3VLForConditionalGeneration (visual, language_model, lm_head)
+    |- expert           Qwen3VLTextModel without embed_tokens; layer i reads/writes KV layer i
+    |- action_space     UnicycleAccelCurvatureActionSpace (buffers only)
+    |- diffusion        FlowMatching (no parameters)
+    |- action_in_proj   PerWaypointActionInProjV2
+    `- action_out_proj  Linear(expert hidden -> 2)
+
+Construction is cheap under `torch.device("meta")`; `materialize_random` then fills weights on the
+target device from a seed (never in host RAM for a GPU target), `checkpoint.load_checkpoint`
+fills them from safetensors. Nothing here caches a device or a weight: the runtime may move layers.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+from transformers import Qwen3VLForConditionalGeneration
+from transformers.models.qwen3_vl.modeling_qwen3_vl import (
+    Qwen3VLTextModel,
+    Qwen3VLTextRotaryEmbedding,
+    Qwen3VLVisionRotaryEmbedding,
+)
+
+from .action_proj import FourierEncoderV2, PerWaypointActionInProjV2
+from .action_space import UnicycleAccelCurvatureActionSpace
+from .config import AlpamayoConfig
+from .flow_matching import FlowMatching
+
+ACTION_DIM = 2  # (acceleration, curvature)
+INIT_STD = 0.02  # transformers' initializer_range for Qwen3-VL
+
+
+class AlpamayoR1(nn.Module):
+    """Alpamayo-R1: Qwen3-VL reasoning + flow-matching action expert."""
+
+    def __init__(self, cfg: AlpamayoConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.vlm = Qwen3VLForConditionalGeneration(cfg.to_qwen3vl_config())
+        self.expert = Qwen3VLTextModel(cfg.expert_text_config())
+        del self.expert.embed_tokens  # the expert reads action embeddings, never token ids
+        self.action_space = UnicycleAccelCurvatureActionSpace(cfg.action)
+        self.diffusion = FlowMatching((cfg.action.n_waypoints, ACTION_DIM),
+                                      cfg.action.diffusion_steps)
+        self.action_in_proj = PerWaypointActionInProjV2(cfg.action, ACTION_DIM,
+                                                        cfg.expert.hidden_size)
+        self.action_out_proj = nn.Linear(cfg.expert.hidden_size, ACTION_DIM)
+
+    # ---- what the runtime plans and streams ----------------------------------------------
+    def layer_sequences(self) -> dict[str, list[nn.Module]]:
+        """The repeated blocks, in execution order: ViT blocks, LM layers, expert layers."""
+        return {"vit": list(self.vlm.model.visual.blocks),
+                "lm": list(self.vlm.model.language_model.layers),
+                "expert": list(self.expert.layers)}
+
+    def non_layer_modules(self) -> dict[str, nn.Module]:
+        """Every other module with tensors, keyed by attribute path (disjoint from the layers)."""
+        visual, lm = self.vlm.model.visual, self.vlm.model.language_model
+        return {
+            "vlm.model.visual.patch_embed": visual.patch_embed,
+            "vlm.model.visual.pos_embed": visual.pos_embed,
+            "vlm.model.visual.rotary_pos_emb": visual.rotary_pos_emb,
+            "vlm.model.visual.merger": visual.merger,
+            "vlm.model.visual.deepstack_merger_list": visual.deepstack_merger_list,
+            "vlm.model.language_model.embed_tokens": lm.embed_tokens,
+            "vlm.model.language_model.norm": lm.norm,
+            "vlm.model.language_model.rotary_emb": lm.rotary_emb,
+            "vlm.lm_head": self.vlm.lm_head,
+            "expert.norm": self.expert.norm,
+            "expert.rotary_emb": self.expert.rotary_emb,
+            "action_in_proj": self.action_in_proj,
+            "action_out_proj": self.action_out_proj,
+            "action_space": self.action_space,
+        }
+
+    # ---- non-learned buffers ---------------------------------------------------------------
+    def rebuild_buffers(self, device: torch.device, freqs_dtype: torch.dtype,
+                        names: set[str] | None = None) -> None:
+        """Recreate non-learned buffers from the config on `device`.
+
+        Always the RoPE `inv_freq` tables (non-persistent, never in a checkpoint); the persistent
+        `freqs` / `action_space.*` buffers only where `names` lists them (None = all). `freqs` are
+        cast to `freqs_dtype` (a bf16 release stores them bf16-rounded, `keep_same_dtype`).
+        """
+        for module in self.modules():
+            if isinstance(module, (Qwen3VLTextRotaryEmbedding, Qwen3VLVisionRotaryEmbedding)):
+                with torch.device("cpu"):
+                    fresh = type(module)(module.config)
+                for key, buf in fresh.named_buffers(recurse=False):
+                    module._buffers[key] = buf.to(device)
+        for i, enc in enumerate(self.action_in_proj.fourier_encoders()):
+            key = (f"action_in_proj.sinus.{i}.freqs" if i < ACTION_DIM
+                   else "action_in_proj.timestep_fourier_encoder.freqs")
+            if names is None or key in names:
+                enc._buffers["freqs"] = _freqs(enc, device, freqs_dtype)
+        if names is None or any(n.startswith("action_space.") for n in names):
+            self.action_space.rebuild_buffers(device)
+
+
+def _freqs(enc: FourierEncoderV2, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    return enc.default_freqs(device).to(dtype)
+
+
+def build_meta(cfg: AlpamayoConfig, dtype: torch.dtype = torch.bfloat16) -> AlpamayoR1:
+    """The module tree on the `meta` device (no memory), parameters in `dtype`."""
+    with torch.device("meta"):
+        model = AlpamayoR1(cfg)
+    return model.to(dtype)
+
+
+@torch.no_grad()
+def materialize_random(model: AlpamayoR1, seed: int, device: torch.device | str) -> AlpamayoR1:
+    """Allocate a meta-built model on `device` and fill it deterministically from `seed`.
+
+    Weights ~ N(0, 0.02), biases 0, norm scales 1 (transformers' Qwen3-VL init), drawn in
+    parameter-name order from one generator on `device`: same seed + device -> same weights.
+    """
+    device = torch.device(device)
+    dtype = next(model.parameters()).dtype
+    model.to_empty(device=device)
+    gen = torch.Generator(device=device).manual_seed(seed)
+    for name, param in model.named_parameters():
+        if name.endswith("bias"):
+            param.zero_()
+        elif param.ndim == 1:
+            param.fill_(1.0)
+        else:
+            param.normal_(0.0, INIT_STD, generator=gen)
+    model.rebuild_buffers(device, dtype)
+    return model
+
+
+def build_random(cfg: AlpamayoConfig, seed: int = 0, device: torch.device | str = "cpu",
+                 dtype: torch.dtype = torch.float32) -> AlpamayoR1:
+    """A random-weight model of any scale, built on meta and initialised on `device`."""
+    return materialize_random(build_meta(cfg, dtype), seed, device).eval()

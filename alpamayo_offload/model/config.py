@@ -1,0 +1,509 @@
+"""Alpamayo-R1 configuration: frozen dataclasses, the `full`/`tiny` presets, and config.json I/O.
+
+One `AlpamayoConfig` describes the whole model; `to_qwen3vl_config()` and `expert_text_config()`
+turn it into the transformers configs the modules are built from. Values marked [inferred] in the
+architecture spec are fields here (never constants in code), so a real checkpoint can override them.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from transformers import Qwen3VLConfig, Qwen3VLTextConfig
+
+from .errors import ConfigError
+
+MODEL_TYPE = "alpamayo_r1"
+# Names whose VLM is the Qwen3-VL-8B shape; a checkpoint naming one needs no vlm_config.json.
+QWEN3VL_8B_NAMES = ("Qwen/Qwen3-VL-8B-Instruct", "nvidia/Cosmos-Reason2-8B")
+
+
+def _positive(obj: object, *names: str) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        if not isinstance(value, int) or value < 1:
+            raise ConfigError(f"{type(obj).__name__}.{name} = {value!r}: must be an integer >= 1")
+
+
+@dataclass(frozen=True)
+class TextConfig:
+    """The Qwen3-VL language model (and, via `ExpertConfig`, the expert's inherited fields)."""
+
+    hidden_size: int = 4096
+    intermediate_size: int = 12288
+    num_layers: int = 36
+    num_heads: int = 32
+    num_kv_heads: int = 8
+    head_dim: int = 128
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 5_000_000.0
+    mrope_section: tuple[int, int, int] = (24, 20, 20)
+    max_position_embeddings: int = 262144
+    vocab_size: int = 155697
+
+    def __post_init__(self) -> None:
+        _positive(self, "hidden_size", "intermediate_size", "num_layers", "num_heads",
+                  "num_kv_heads", "head_dim", "vocab_size")
+        if self.num_heads % self.num_kv_heads:
+            raise ConfigError(f"TextConfig.num_heads = {self.num_heads} must be a multiple of "
+                              f"num_kv_heads = {self.num_kv_heads}")
+        if sum(self.mrope_section) != self.head_dim // 2:
+            raise ConfigError(f"TextConfig.mrope_section = {self.mrope_section} must sum to "
+                              f"head_dim / 2 = {self.head_dim // 2}")
+
+
+@dataclass(frozen=True)
+class VisionConfig:
+    """The Qwen3-VL vision encoder."""
+
+    depth: int = 27
+    hidden_size: int = 1152
+    intermediate_size: int = 4304
+    num_heads: int = 16
+    out_hidden_size: int = 4096
+    num_position_embeddings: int = 2304
+    deepstack_visual_indexes: tuple[int, ...] = (8, 16, 24)
+    patch_size: int = 16
+    temporal_patch_size: int = 2
+    spatial_merge_size: int = 2
+
+    def __post_init__(self) -> None:
+        _positive(self, "depth", "hidden_size", "intermediate_size", "num_heads",
+                  "out_hidden_size", "num_position_embeddings", "patch_size",
+                  "temporal_patch_size", "spatial_merge_size")
+        side = round(self.num_position_embeddings ** 0.5)
+        if side * side != self.num_position_embeddings:
+            raise ConfigError(f"VisionConfig.num_position_embeddings = "
+                              f"{self.num_position_embeddings} must be a perfect square")
+        if any(not 0 <= i < self.depth for i in self.deepstack_visual_indexes):
+            raise ConfigError(f"VisionConfig.deepstack_visual_indexes = "
+                              f"{self.deepstack_visual_indexes} must lie in [0, depth={self.depth})")
+
+
+@dataclass(frozen=True)
+class ExpertConfig:
+    """The free fields of the expert; layers, KV heads and RoPE are inherited from the text model."""
+
+    hidden_size: int = 2048
+    intermediate_size: int = 8256
+    num_heads: int = 16
+    head_dim: int = 128
+
+    def __post_init__(self) -> None:
+        _positive(self, "hidden_size", "intermediate_size", "num_heads", "head_dim")
+
+
+@dataclass(frozen=True)
+class ActionConfig:
+    """Action head, flow matching and the unicycle action space (release values by default)."""
+
+    in_proj_hidden_size: int = 512
+    in_proj_num_layers: int = 2
+    num_fourier_feats: int = 20
+    max_freq: float = 100.0
+    n_waypoints: int = 64
+    dt: float = 0.1
+    accel_mean: float = 0.02902694707164455
+    accel_std: float = 0.6810426736454882
+    curvature_mean: float = 0.0002692167976330542
+    curvature_std: float = 0.026148280660833106
+    accel_bounds: tuple[float, float] = (-9.8, 9.8)
+    curvature_bounds: tuple[float, float] = (-0.33, 0.33)
+    theta_lambda: float = 1e-6
+    theta_ridge: float = 1e-8
+    v_lambda: float = 1e-6
+    v_ridge: float = 1e-4
+    a_lambda: float = 1e-4
+    a_ridge: float = 1e-4
+    kappa_lambda: float = 1e-4
+    kappa_ridge: float = 1e-4
+    diffusion_steps: int = 10
+
+    def __post_init__(self) -> None:
+        _positive(self, "in_proj_hidden_size", "in_proj_num_layers", "num_fourier_feats",
+                  "n_waypoints", "diffusion_steps")
+        if self.num_fourier_feats % 2:
+            raise ConfigError(f"ActionConfig.num_fourier_feats = {self.num_fourier_feats} "
+                              "must be even (sin and cos halves)")
+        if self.dt <= 0:
+            raise ConfigError(f"ActionConfig.dt = {self.dt} must be > 0 seconds")
+
+
+@dataclass(frozen=True)
+class TokenConfig:
+    """Token ids and history tokenisation. Ids are fixed by the release, not by a tokenizer."""
+
+    traj_token_start_idx: int = 151669
+    traj_vocab_size: int = 4000
+    # [inferred] num_bins of the release's traj_tokenizer_cfg: history tokens start after it.
+    future_traj_num_bins: int = 3000
+    hist_num_bins: int = 1000
+    ego_xyz_min: tuple[float, float, float] = (-4.0, -4.0, -10.0)
+    ego_xyz_max: tuple[float, float, float] = (4.0, 4.0, 10.0)
+    tokens_per_history_traj: int = 48
+    tokens_per_future_traj: int = 64
+    # Image processor pixel budget (release: 163,840 / 196,608 -> 320x576 for 1080x1920 frames).
+    min_pixels: int = 163840
+    max_pixels: int = 196608
+
+    def __post_init__(self) -> None:
+        _positive(self, "traj_vocab_size", "hist_num_bins", "tokens_per_history_traj",
+                  "min_pixels", "max_pixels")
+        if self.future_traj_num_bins + self.hist_num_bins > self.traj_vocab_size:
+            raise ConfigError(f"TokenConfig: future_traj_num_bins + hist_num_bins = "
+                              f"{self.future_traj_num_bins + self.hist_num_bins} exceeds "
+                              f"traj_vocab_size = {self.traj_vocab_size}")
+        if self.min_pixels > self.max_pixels:
+            raise ConfigError(f"TokenConfig.min_pixels = {self.min_pixels} exceeds "
+                              f"max_pixels = {self.max_pixels}")
+
+    @property
+    def hist_token_start_idx(self) -> int:
+        """First vocabulary id of the history bins ([inferred] 151669 + 3000 = 154669)."""
+        return self.traj_token_start_idx + self.future_traj_num_bins
+
+
+@dataclass(frozen=True)
+class AlpamayoConfig:
+    """The whole model. Constraints of the expert design are checked here."""
+
+    text: TextConfig = field(default_factory=TextConfig)
+    vision: VisionConfig = field(default_factory=VisionConfig)
+    expert: ExpertConfig = field(default_factory=ExpertConfig)
+    action: ActionConfig = field(default_factory=ActionConfig)
+    tokens: TokenConfig = field(default_factory=TokenConfig)
+    expert_non_causal_attention: bool = True
+    vlm_name_or_path: str = QWEN3VL_8B_NAMES[0]
+
+    def __post_init__(self) -> None:
+        if self.expert.head_dim != self.text.head_dim:
+            raise ConfigError(f"ExpertConfig.head_dim = {self.expert.head_dim} must equal the "
+                              f"VLM's head_dim = {self.text.head_dim} (the expert shares its KV cache)")
+        if self.expert.num_heads % self.text.num_kv_heads:
+            raise ConfigError(f"ExpertConfig.num_heads = {self.expert.num_heads} must be a multiple "
+                              f"of the inherited num_kv_heads = {self.text.num_kv_heads}")
+        if self.vision.out_hidden_size != self.text.hidden_size:
+            raise ConfigError(f"VisionConfig.out_hidden_size = {self.vision.out_hidden_size} must "
+                              f"equal TextConfig.hidden_size = {self.text.hidden_size}")
+        if len(self.vision.deepstack_visual_indexes) > self.text.num_layers:
+            raise ConfigError("VisionConfig.deepstack_visual_indexes has more entries than "
+                              f"TextConfig.num_layers = {self.text.num_layers}")
+        first_special = self.tokens.traj_token_start_idx + self.tokens.traj_vocab_size
+        needed = first_special + len(SPECIAL_TOKEN_NAMES)
+        if needed > self.text.vocab_size:
+            raise ConfigError(f"TextConfig.vocab_size = {self.text.vocab_size} is too small for "
+                              f"the trajectory and special tokens (needs >= {needed})")
+
+    # ---- transformers configs -------------------------------------------------------------
+    def to_qwen3vl_config(self) -> Qwen3VLConfig:
+        """The `Qwen3VLConfig` of the VLM, every field explicit (transformers defaults differ)."""
+        cfg = Qwen3VLConfig(
+            text_config=self._text_dict(), vision_config=self._vision_dict(),
+            image_token_id=IMAGE_PAD_ID, video_token_id=VIDEO_PAD_ID,
+            vision_start_token_id=VISION_START_ID, vision_end_token_id=VISION_END_ID,
+            tie_word_embeddings=False,
+        )
+        cfg._attn_implementation = "sdpa"  # flash-attn breaks on the expert's 4-D mask (spec 7.4)
+        cfg.text_config._attn_implementation = "sdpa"
+        cfg.vision_config._attn_implementation = "sdpa"
+        return cfg
+
+    def expert_text_config(self) -> Qwen3VLTextConfig:
+        """The expert's config: the VLM text config with the `expert_cfg` fields overridden."""
+        d = self._text_dict()
+        d.update(hidden_size=self.expert.hidden_size, intermediate_size=self.expert.intermediate_size,
+                 num_attention_heads=self.expert.num_heads, head_dim=self.expert.head_dim)
+        cfg = Qwen3VLTextConfig(**d)
+        cfg._attn_implementation = "sdpa"
+        return cfg
+
+    def _text_dict(self) -> dict[str, Any]:
+        t = self.text
+        return dict(
+            hidden_size=t.hidden_size, intermediate_size=t.intermediate_size,
+            num_hidden_layers=t.num_layers, num_attention_heads=t.num_heads,
+            num_key_value_heads=t.num_kv_heads, head_dim=t.head_dim, hidden_act="silu",
+            rms_norm_eps=t.rms_norm_eps, attention_bias=False, attention_dropout=0.0,
+            max_position_embeddings=t.max_position_embeddings, vocab_size=t.vocab_size,
+            rope_theta=t.rope_theta, bos_token_id=PAD_ID, eos_token_id=IM_END_ID,
+            rope_scaling={"rope_type": "default", "mrope_section": list(t.mrope_section),
+                          "mrope_interleaved": True},
+            tie_word_embeddings=False, initializer_range=0.02,
+        )
+
+    def _vision_dict(self) -> dict[str, Any]:
+        v = self.vision
+        return dict(
+            depth=v.depth, hidden_size=v.hidden_size, intermediate_size=v.intermediate_size,
+            num_heads=v.num_heads, out_hidden_size=v.out_hidden_size,
+            num_position_embeddings=v.num_position_embeddings,
+            deepstack_visual_indexes=list(v.deepstack_visual_indexes), patch_size=v.patch_size,
+            temporal_patch_size=v.temporal_patch_size, spatial_merge_size=v.spatial_merge_size,
+            hidden_act="gelu_pytorch_tanh", in_channels=3, initializer_range=0.02,
+        )
+
+    # ---- release config.json --------------------------------------------------------------
+    def to_release_dict(self) -> dict[str, Any]:
+        """config.json in the released layout (the fields the official loader reads)."""
+        a, tk = self.action, self.tokens
+        space = {
+            "_target_": "alpamayo_r1.action_space.UnicycleAccelCurvatureActionSpace",
+            "a_lambda": a.a_lambda, "a_ridge": a.a_ridge, "accel_bounds": list(a.accel_bounds),
+            "accel_mean": a.accel_mean, "accel_std": a.accel_std,
+            "curvature_bounds": list(a.curvature_bounds), "curvature_mean": a.curvature_mean,
+            "curvature_std": a.curvature_std, "dt": a.dt, "kappa_lambda": a.kappa_lambda,
+            "kappa_ridge": a.kappa_ridge, "n_waypoints": a.n_waypoints,
+            "theta_lambda": a.theta_lambda, "theta_ridge": a.theta_ridge,
+            "v_lambda": a.v_lambda, "v_ridge": a.v_ridge,
+        }
+        ids = traj_token_ids()
+        return {
+            "action_in_proj_cfg": {
+                "_target_": "alpamayo_r1.models.action_in_proj.PerWaypointActionInProjV2",
+                "hidden_size": a.in_proj_hidden_size, "max_freq": a.max_freq,
+                "num_enc_layers": a.in_proj_num_layers, "num_fourier_feats": a.num_fourier_feats,
+            },
+            "action_out_proj_cfg": {"_target_": "torch.nn.Linear"},
+            "action_space_cfg": space,
+            "add_special_tokens": True,
+            "architectures": ["AlpamayoR1"],
+            "attn_implementation": "sdpa",
+            "diffusion_cfg": {"_target_": "alpamayo_r1.diffusion.flow_matching.FlowMatching",
+                              "int_method": "euler", "x_dims": "???"},
+            "dtype": "bfloat16",
+            "expert_cfg": {"dtype": "bfloat16", "head_dim": self.expert.head_dim,
+                           "hidden_size": self.expert.hidden_size,
+                           "intermediate_size": self.expert.intermediate_size,
+                           "num_attention_heads": self.expert.num_heads},
+            "expert_non_causal_attention": self.expert_non_causal_attention,
+            "hist_traj_tokenizer_cfg": {
+                "_target_": "alpamayo_r1.models.delta_tokenizer.DeltaTrajectoryTokenizer",
+                "ego_xyz_max": list(tk.ego_xyz_max), "ego_xyz_min": list(tk.ego_xyz_min),
+                "num_bins": tk.hist_num_bins, "predict_yaw": False,
+            },
+            "keep_same_dtype": True,
+            "max_pixels": tk.max_pixels,
+            "min_pixels": tk.min_pixels,
+            "model_dtype": "bfloat16",
+            "model_type": MODEL_TYPE,
+            "tokens_per_future_traj": tk.tokens_per_future_traj,
+            "tokens_per_history_traj": tk.tokens_per_history_traj,
+            "traj_token_ids": ids,
+            "traj_token_start_idx": tk.traj_token_start_idx,
+            "traj_tokenizer_cfg": {
+                "_recursive_": False,
+                "_target_": "alpamayo_r1.action_space.discrete_action_space."
+                            "DiscreteTrajectoryTokenizer",
+                "action_space_cfg": dict(space), "dims_max": [10.0, 10.0],
+                "dims_min": [-10.0, -10.0], "num_bins": tk.future_traj_num_bins,
+            },
+            "traj_vocab_size": tk.traj_vocab_size,
+            "vlm_backend": "qwenvl3",
+            "vlm_name_or_path": self.vlm_name_or_path,
+            "vocab_size": self.text.vocab_size,
+        }
+
+    def to_vlm_dict(self) -> dict[str, Any]:
+        """vlm_config.json: the Qwen3VLConfig in effect (written when it is not the 8B shape)."""
+        d = self.to_qwen3vl_config().to_dict()
+        d["architectures"] = ["Qwen3VLForConditionalGeneration"]
+        return d
+
+    @property
+    def is_qwen3vl_8b_shape(self) -> bool:
+        """True when text and vision configs are the release (Qwen3-VL-8B) shape."""
+        return self.text == TextConfig() and self.vision == VisionConfig()
+
+    @classmethod
+    def from_release_dicts(cls, release: dict[str, Any],
+                           vlm: dict[str, Any] | None) -> AlpamayoConfig:
+        """Parse config.json (+ vlm_config.json, or the 8B shape for a known VLM name)."""
+        model_type = release.get("model_type")
+        if model_type != MODEL_TYPE:
+            raise ConfigError(f"config.json model_type = {model_type!r}: expected {MODEL_TYPE!r} "
+                              "(this loader reads Alpamayo-R1 checkpoints only)")
+        try:
+            name = release.get("vlm_name_or_path", QWEN3VL_8B_NAMES[0])
+            if vlm is None:
+                if name not in QWEN3VL_8B_NAMES:
+                    raise ConfigError(f"config.json vlm_name_or_path = {name!r} is not a known "
+                                      "Qwen3-VL-8B name and no vlm_config.json was given: put the "
+                                      "VLM's Qwen3VLConfig as vlm_config.json beside config.json")
+                text, vision = TextConfig(vocab_size=int(release["vocab_size"])), VisionConfig()
+            else:
+                text, vision = _parse_vlm_dict(vlm)
+            e, ai = release["expert_cfg"], release["action_in_proj_cfg"]
+            expert = ExpertConfig(hidden_size=e["hidden_size"],
+                                  intermediate_size=e["intermediate_size"],
+                                  num_heads=e["num_attention_heads"],
+                                  head_dim=e.get("head_dim", text.head_dim))
+            s = release["action_space_cfg"]
+            action = ActionConfig(
+                in_proj_hidden_size=ai["hidden_size"], in_proj_num_layers=ai["num_enc_layers"],
+                num_fourier_feats=ai["num_fourier_feats"], max_freq=float(ai["max_freq"]),
+                n_waypoints=s["n_waypoints"], dt=s["dt"], accel_mean=s["accel_mean"],
+                accel_std=s["accel_std"], curvature_mean=s["curvature_mean"],
+                curvature_std=s["curvature_std"], accel_bounds=tuple(s["accel_bounds"]),
+                curvature_bounds=tuple(s["curvature_bounds"]), theta_lambda=s["theta_lambda"],
+                theta_ridge=s["theta_ridge"], v_lambda=s["v_lambda"], v_ridge=s["v_ridge"],
+                a_lambda=s["a_lambda"], a_ridge=s["a_ridge"], kappa_lambda=s["kappa_lambda"],
+                kappa_ridge=s["kappa_ridge"],
+            )
+            h = release["hist_traj_tokenizer_cfg"]
+            traj_tok = release.get("traj_tokenizer_cfg") or {}
+            tokens = TokenConfig(
+                traj_token_start_idx=release["traj_token_start_idx"],
+                traj_vocab_size=release["traj_vocab_size"],
+                future_traj_num_bins=traj_tok.get("num_bins", 0),
+                hist_num_bins=h["num_bins"], ego_xyz_min=tuple(h["ego_xyz_min"]),
+                ego_xyz_max=tuple(h["ego_xyz_max"]),
+                tokens_per_history_traj=release.get("tokens_per_history_traj", 48),
+                tokens_per_future_traj=release.get("tokens_per_future_traj", 64),
+                min_pixels=release.get("min_pixels") or 163840,
+                max_pixels=release.get("max_pixels") or 196608,
+            )
+            return cls(text=text, vision=vision, expert=expert, action=action, tokens=tokens,
+                       expert_non_causal_attention=release.get("expert_non_causal_attention", True),
+                       vlm_name_or_path=name)
+        except KeyError as err:
+            raise ConfigError(f"config.json lacks field {err.args[0]!r}; it must be an "
+                              "Alpamayo-R1 config.json as released") from err
+
+    @classmethod
+    def from_dir(cls, path: str | Path, vlm_config: str | Path | None = None) -> AlpamayoConfig:
+        """Read `config.json` (+ `vlm_config.json` if present or given) from a checkpoint dir."""
+        path = Path(path)
+        release = _read_json(path / "config.json")
+        vlm_path = Path(vlm_config) if vlm_config is not None else path / "vlm_config.json"
+        vlm = _read_json(vlm_path) if vlm_path.is_file() or vlm_config is not None else None
+        return cls.from_release_dicts(release, vlm)
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError as err:
+        raise ConfigError(f"{path} does not exist: a checkpoint directory needs it") from err
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"{path} is not valid JSON ({err})") from err
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} must hold a JSON object")
+    return data
+
+
+def _parse_vlm_dict(vlm: dict[str, Any]) -> tuple[TextConfig, VisionConfig]:
+    """Qwen3VLConfig dict (as saved by transformers 4.57 or 5.x) -> our text/vision configs."""
+    t, v = vlm["text_config"], vlm["vision_config"]
+    rope = t.get("rope_parameters") or t.get("rope_scaling") or {}
+    theta = rope.get("rope_theta", t.get("rope_theta", 5_000_000.0))
+    text = TextConfig(
+        hidden_size=t["hidden_size"], intermediate_size=t["intermediate_size"],
+        num_layers=t["num_hidden_layers"], num_heads=t["num_attention_heads"],
+        num_kv_heads=t["num_key_value_heads"], head_dim=t["head_dim"],
+        rms_norm_eps=t["rms_norm_eps"], rope_theta=float(theta),
+        mrope_section=tuple(rope.get("mrope_section", (24, 20, 20))),
+        max_position_embeddings=t["max_position_embeddings"], vocab_size=t["vocab_size"],
+    )
+    vision = VisionConfig(
+        depth=v["depth"], hidden_size=v["hidden_size"], intermediate_size=v["intermediate_size"],
+        num_heads=v["num_heads"], out_hidden_size=v["out_hidden_size"],
+        num_position_embeddings=v["num_position_embeddings"],
+        deepstack_visual_indexes=tuple(v["deepstack_visual_indexes"]),
+        patch_size=v["patch_size"], temporal_patch_size=v["temporal_patch_size"],
+        spatial_merge_size=v["spatial_merge_size"],
+    )
+    return text, vision
+
+
+# ---- presets ------------------------------------------------------------------------------
+def full_config() -> AlpamayoConfig:
+    """The released Alpamayo-R1-10B shape (11,078,526,194 parameters)."""
+    return AlpamayoConfig()
+
+
+def tiny_config() -> AlpamayoConfig:
+    """Same structure, tiny widths (the official-tiny fixture's shape): CPU inference < 1 s."""
+    return AlpamayoConfig(
+        text=TextConfig(hidden_size=32, intermediate_size=64, num_layers=3, num_heads=8,
+                        num_kv_heads=2, head_dim=16, mrope_section=(4, 2, 2)),
+        vision=VisionConfig(depth=4, hidden_size=32, intermediate_size=64, num_heads=2,
+                            out_hidden_size=32, num_position_embeddings=64,
+                            deepstack_visual_indexes=(0, 1, 2)),
+        expert=ExpertConfig(hidden_size=48, intermediate_size=96, num_heads=4, head_dim=16),
+        action=ActionConfig(in_proj_hidden_size=64),
+        tokens=TokenConfig(min_pixels=4096, max_pixels=8192),
+        vlm_name_or_path="tiny",
+    )
+
+
+def scaled_config(num_layers: int, vision_depth: int | None = None,
+                  base: AlpamayoConfig | None = None) -> AlpamayoConfig:
+    """`base` (default: full) with `num_layers` LM and expert layers and `vision_depth` ViT blocks.
+
+    Widths stay as in `base`, so per-layer bytes and timings are those of the release; DeepStack
+    indexes that no longer fit are dropped evenly. Any other scale: `dataclasses.replace`.
+    """
+    base = base or full_config()
+    depth = vision_depth or base.vision.depth
+    stack = tuple(i for i in base.vision.deepstack_visual_indexes if i < depth)
+    if len(stack) < len(base.vision.deepstack_visual_indexes):
+        n = min(len(base.vision.deepstack_visual_indexes), depth, num_layers)
+        stack = tuple(sorted({(k + 1) * depth // (n + 1) for k in range(n)}))
+    return dataclasses.replace(
+        base, text=dataclasses.replace(base.text, num_layers=num_layers),
+        vision=dataclasses.replace(base.vision, depth=depth, deepstack_visual_indexes=stack),
+        vlm_name_or_path="scaled" if num_layers != base.text.num_layers or depth != base.vision.depth
+        else base.vlm_name_or_path,
+    )
+
+
+def preset(name: str) -> AlpamayoConfig:
+    """`full`, `tiny`, or `layers=N[,vit=M]` (full widths, N LM/expert layers, M ViT blocks)."""
+    if name == "full":
+        return full_config()
+    if name == "tiny":
+        return tiny_config()
+    if name.startswith("layers="):
+        parts = dict(p.split("=", 1) for p in name.split(","))
+        try:
+            return scaled_config(int(parts["layers"]),
+                                 int(parts["vit"]) if "vit" in parts else None)
+        except (KeyError, ValueError) as err:
+            raise ConfigError(f"preset {name!r}: expected 'layers=N' or 'layers=N,vit=M'") from err
+    raise ConfigError(f"unknown preset {name!r}: use 'full', 'tiny' or 'layers=N[,vit=M]'")
+
+
+# ---- fixed token ids (spec 2.3): they never depend on a tokenizer ----------------------------
+PAD_ID = 151643            # <|endoftext|>
+IM_START_ID = 151644
+IM_END_ID = 151645
+VISION_START_ID = 151652
+VISION_END_ID = 151653
+IMAGE_PAD_ID = 151655
+VIDEO_PAD_ID = 151656
+SPECIAL_TOKEN_NAMES = (
+    "prompt_start", "prompt_end", "image_start", "image_pre_tkn", "image_end",
+    "traj_history_start", "traj_history_pre_tkn", "traj_history_end", "cot_start", "cot_end",
+    "meta_action_start", "meta_action_end", "traj_future_start", "traj_future_pre_tkn",
+    "traj_future_end", "traj_history", "traj_future", "vectorized_wm", "vectorized_wm_start",
+    "vectorized_wm_end", "vectorized_wm_pre_tkn", "route_start", "route_pad", "route_end",
+    "question_start", "question_end", "answer_start", "answer_end",
+)
+FIRST_SPECIAL_ID = 155669  # = traj_token_start_idx 151669 + traj_vocab_size 4000
+SPECIAL_IDS = {name: FIRST_SPECIAL_ID + i for i, name in enumerate(SPECIAL_TOKEN_NAMES)}
+COT_START_ID = SPECIAL_IDS["cot_start"]               # 155677
+COT_END_ID = SPECIAL_IDS["cot_end"]                   # 155678
+TRAJ_FUTURE_START_ID = SPECIAL_IDS["traj_future_start"]  # 155681: the decode stop token
+TRAJ_HISTORY_START_ID = SPECIAL_IDS["traj_history_start"]
+TRAJ_HISTORY_END_ID = SPECIAL_IDS["traj_history_end"]
+TRAJ_HISTORY_ID = SPECIAL_IDS["traj_history"]         # 155684: the 48 history placeholders
+
+
+def traj_token_ids() -> dict[str, int]:
+    """The `traj_token_ids` block of config.json."""
+    return {"future": SPECIAL_IDS["traj_future"], "future_end": SPECIAL_IDS["traj_future_end"],
+            "future_start": TRAJ_FUTURE_START_ID, "history": TRAJ_HISTORY_ID,
+            "history_end": TRAJ_HISTORY_END_ID, "history_start": TRAJ_HISTORY_START_ID}

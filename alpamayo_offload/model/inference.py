@@ -1,0 +1,310 @@
+"""One inference: frames + history -> chain-of-causation tokens -> 64-waypoint trajectory.
+
+Our own loop over the transformers modules (no `generate`), so every pass is a visible phase:
+
+1. vision   ViT on all images -> merged image embeddings + DeepStack features
+2. prefill  token embeddings (gathered where `embed_tokens` lives, e.g. the host), image
+            embeddings scattered in, M-RoPE positions, LM forward into a DynamicCache
+3. decode   one token per pass; ids 151669-155668 masked; stop one token late after
+            <|traj_future_start|> so its K/V is in the cache (spec 4.2, pitfall 3)
+4. diffusion 10 Euler steps: action_in_proj -> expert over [VLM cache | 64 action tokens]
+            (non-causal, M-RoPE positions after <|traj_future_start|>) -> action_out_proj;
+            the cache is cropped back after every step (pitfall 2)
+5. the unicycle action space turns the sampled actions into poses in the t0 ego frame.
+
+The device and dtype are arguments of every call (never cached): the runtime may move layers.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import torch
+from transformers import DynamicCache
+
+from .alpamayo import AlpamayoR1
+from .config import IM_END_ID, IMAGE_PAD_ID, PAD_ID, TRAJ_FUTURE_START_ID
+from .errors import ModelInputError
+from .inputs import ModelInputs
+from .observer import NullObserver, PhaseObserver
+from .tokens import TextEncoder, chain_of_causation_ids
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DecodeOptions:
+    """How to decode and sample.
+
+    `max_decode_tokens`: most new tokens (the official `max_generation_length`, 256).
+    `fixed_decode_tokens=N`: exactly N decode passes after prefill (N + 1 new tokens) whatever
+    is emitted -- random weights never emit the stop token; benchmarks use N = 21.
+    `sample=False` is greedy; `sample=True` uses the release's temperature 0.6 / top-p 0.98.
+    Rows stop one token after <|traj_future_start|>; `eos` ends a row at once with pad after.
+    """
+
+    max_decode_tokens: int = 256
+    fixed_decode_tokens: int | None = None
+    sample: bool = False
+    temperature: float = 0.6
+    top_p: float = 0.98
+    seed: int = 0
+    num_samples: int = 1
+    diffusion_steps: int = 10
+    stop_on_im_end: bool = True  # [inferred] the Qwen generation config's eos ends a row
+
+    def __post_init__(self) -> None:
+        if self.max_decode_tokens < 1:
+            raise ValueError(f"max_decode_tokens = {self.max_decode_tokens}: must be >= 1")
+        if self.fixed_decode_tokens is not None and self.fixed_decode_tokens < 0:
+            raise ValueError(f"fixed_decode_tokens = {self.fixed_decode_tokens}: must be >= 0")
+        if self.num_samples < 1 or self.diffusion_steps < 1:
+            raise ValueError(f"num_samples = {self.num_samples}, diffusion_steps = "
+                             f"{self.diffusion_steps}: both must be >= 1")
+        if not 0.0 < self.top_p <= 1.0 or self.temperature <= 0.0:
+            raise ValueError(f"top_p = {self.top_p} must be in (0, 1], temperature = "
+                             f"{self.temperature} must be > 0")
+
+    @property
+    def token_budget(self) -> int:
+        """Number of new tokens allowed (prefill emits the first)."""
+        if self.fixed_decode_tokens is not None:
+            return self.fixed_decode_tokens + 1
+        return self.max_decode_tokens
+
+
+@dataclass
+class InferenceResult:
+    """Trajectory per sample plus what the engine and the goldens need."""
+
+    xyz: torch.Tensor               # (S, 64, 3) float32, t0 ego frame, metres
+    rot: torch.Tensor               # (S, 64, 3, 3)
+    new_token_ids: torch.Tensor     # (S, n) generated ids, pad after <|traj_future_start|>
+    coc_token_ids: list[list[int]]  # per sample: the reasoning ids
+    coc_text: list[str] | None      # decoded only when a decoding tokenizer is given
+    decode_steps: int               # number of decode passes run
+    extras: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+class Rollout:
+    """The passes of one inference on one device/dtype, usable one by one (tests, engine)."""
+
+    def __init__(self, model: AlpamayoR1, device: torch.device | str,
+                 dtype: torch.dtype | None = None) -> None:
+        self.model = model
+        self.device = torch.device(device)
+        self.dtype = dtype or model.vlm.model.language_model.norm.weight.dtype
+
+    def autocast(self) -> torch.autocast:
+        """bf16/fp16 weights run under autocast, as the release does; fp32 runs without."""
+        return torch.autocast(self.device.type, dtype=self.dtype,
+                              enabled=self.dtype != torch.float32)
+
+    # ---- 1. vision ---------------------------------------------------------------------------
+    def vision(self, pixel_values: torch.Tensor,
+               grid_thw: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """-> merged image embeddings (n_tokens, D) and the DeepStack features."""
+        out = self.model.vlm.model.visual(pixel_values.to(self.device, self.dtype),
+                                          grid_thw=grid_thw.to(self.device), return_dict=True)
+        return out.pooler_output, list(out.deepstack_features)
+
+    # ---- 2. prefill --------------------------------------------------------------------------
+    def embed(self, ids: torch.Tensor) -> torch.Tensor:
+        """Token embeddings gathered where `embed_tokens` lives; only the rows travel."""
+        table = self.model.vlm.model.language_model.embed_tokens
+        return table(ids.to(table.weight.device)).to(self.device, self.dtype)
+
+    def prefill(self, input_ids: torch.Tensor, grid_thw: torch.Tensor,
+                image_embeds: torch.Tensor, deepstack: list[torch.Tensor],
+                ) -> tuple[torch.Tensor, torch.Tensor, DynamicCache, torch.Tensor]:
+        """-> last-position logits (B, V), hidden states (B, L, D), cache, rope_deltas (B, 1)."""
+        vlm = self.model.vlm
+        ids = input_ids.to(self.device)
+        embeds = self.embed(ids)
+        image_mask = ids == IMAGE_PAD_ID                                   # (B, L)
+        if int(image_mask.sum()) != image_embeds.shape[0]:
+            raise ModelInputError(f"prompt has {int(image_mask.sum())} image tokens but the "
+                                  f"images give {image_embeds.shape[0]}")
+        embeds = embeds.masked_scatter(image_mask[..., None], image_embeds.to(embeds.dtype))
+        position_ids, rope_deltas = vlm.model.get_rope_index(
+            ids, mm_token_type_ids=image_mask.int(), image_grid_thw=grid_thw.to(self.device))
+        cache = DynamicCache(config=vlm.config.text_config)
+        out = vlm.model.language_model(
+            inputs_embeds=embeds, position_ids=position_ids, past_key_values=cache,
+            use_cache=True, visual_pos_masks=image_mask,
+            deepstack_visual_embeds=[d.to(embeds.dtype) for d in deepstack])
+        hidden = out.last_hidden_state
+        return vlm.lm_head(hidden[:, -1]).float(), hidden, cache, rope_deltas
+
+    # ---- 3. decode ---------------------------------------------------------------------------
+    def decode(self, token: torch.Tensor, cache: DynamicCache,
+               rope_deltas: torch.Tensor) -> torch.Tensor:
+        """Feed one token per row (B, 1) at the next M-RoPE position -> logits (B, V)."""
+        b = token.shape[0]
+        pos = torch.full((b, 1), cache.get_seq_length(), device=self.device, dtype=torch.long)
+        pos = (pos + rope_deltas.to(self.device)).expand(3, b, 1)          # (3, B, 1)
+        out = self.model.vlm.model.language_model(
+            inputs_embeds=self.embed(token), position_ids=pos, past_key_values=cache,
+            use_cache=True)
+        return self.model.vlm.lm_head(out.last_hidden_state[:, -1]).float()
+
+    # ---- 4. expert + diffusion ----------------------------------------------------------------
+    def expert_conditioning(self, sequences: torch.Tensor, cache_len: int,
+                            rope_deltas: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """-> expert position ids (3, B, N) and additive mask (B, 1, N, cache_len + N).
+
+        Positions continue right after <|traj_future_start|> (or after the last token when it was
+        never emitted); cache columns after it are hidden; action tokens see each other.
+        """
+        n = self.model.cfg.action.n_waypoints
+        b, length = sequences.shape
+        is_stop = sequences == TRAJ_FUTURE_START_ID
+        first = is_stop.int().argmax(dim=1)
+        stop_pos = torch.where(is_stop.any(dim=1), first, torch.full_like(first, length - 1))
+        offset = (stop_pos + 1).to(self.device)                                # (B,)
+        pos = torch.arange(n, device=self.device).expand(3, b, n)
+        pos = pos + (rope_deltas.to(self.device) + offset[:, None])[None]        # (3, B, N)
+        mask = torch.zeros(b, 1, n, cache_len + n, dtype=torch.float32, device=self.device)
+        cols = torch.arange(cache_len + n, device=self.device)
+        hidden_cols = (cols[None] >= offset[:, None]) & (cols[None] < cache_len)  # (B, C+N)
+        mask.masked_fill_(hidden_cols[:, None, None, :], torch.finfo(torch.float32).min)
+        return pos, mask
+
+    def expert_step(self, x: torch.Tensor, t: torch.Tensor, cache: DynamicCache,
+                    position_ids: torch.Tensor,
+                    mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One velocity evaluation -> (velocity (B, N, 2), action embeds, expert hidden)."""
+        m = self.model
+        n = m.cfg.action.n_waypoints
+        h = m.action_in_proj(x, t)                                            # (B, N, D_e)
+        kwargs = {"is_causal": False} if m.cfg.expert_non_causal_attention else {}
+        out = m.expert(inputs_embeds=h, position_ids=position_ids, past_key_values=cache,
+                       attention_mask=mask, use_cache=True, **kwargs)
+        cache.crop(-n)  # drop the action tokens' K/V again
+        hidden = out.last_hidden_state[:, -n:]
+        return m.action_out_proj(hidden).view(-1, n, 2), h, hidden
+
+
+def _mask_traj_tokens(logits: torch.Tensor, model: AlpamayoR1) -> torch.Tensor:
+    tk = model.cfg.tokens
+    logits[:, tk.traj_token_start_idx:tk.traj_token_start_idx + tk.traj_vocab_size] = float("-inf")
+    return logits
+
+
+def _next_token(logits: torch.Tensor, opts: DecodeOptions,
+                gen: torch.Generator | None) -> torch.Tensor:
+    """Greedy argmax, or temperature + top-p (HF semantics, top-k off) multinomial -> (B, 1)."""
+    if not opts.sample:
+        return logits.argmax(dim=-1, keepdim=True)
+    scores = logits / opts.temperature
+    sorted_scores, order = torch.sort(scores, descending=False)
+    cum = sorted_scores.softmax(dim=-1).cumsum(dim=-1)
+    remove = cum <= (1 - opts.top_p)
+    remove[..., -1:] = False  # keep at least the most likely token
+    scores = scores.scatter(1, order, sorted_scores.masked_fill(remove, float("-inf")))
+    return torch.multinomial(scores.softmax(dim=-1), 1, generator=gen)
+
+
+@torch.no_grad()
+def run_inference(model: AlpamayoR1, inputs: ModelInputs, device: torch.device | str,
+                  options: DecodeOptions | None = None, observer: PhaseObserver | None = None,
+                  decoder: TextEncoder | None = None, diffusion_noise: torch.Tensor | None = None,
+                  dtype: torch.dtype | None = None, keep_extras: bool = False) -> InferenceResult:
+    """Run the whole rollout. `diffusion_noise` (S, 64, 2) replaces the seeded initial noise."""
+    opts = options or DecodeOptions()
+    obs = observer or NullObserver()
+    ro = Rollout(model, device, dtype)
+    dev = ro.device
+    gen = torch.Generator(device=dev).manual_seed(opts.seed)
+    extras: dict[str, torch.Tensor] = {}
+    with ro.autocast():
+        obs.phase_start("vision", 0, True)
+        image_embeds, deepstack = ro.vision(inputs.pixel_values, inputs.image_grid_thw)
+        obs.phase_end("vision", 0)
+
+        obs.phase_start("prefill", 0, True)
+        logits, hidden, cache, rope_deltas = ro.prefill(inputs.input_ids, inputs.image_grid_thw,
+                                                        image_embeds, deepstack)
+        obs.phase_end("prefill", 0)
+        if keep_extras:
+            extras.update(image_embeds=image_embeds, prefill_last_hidden_state=hidden,
+                          rope_deltas=rope_deltas)
+        s = opts.num_samples
+        if s > 1:  # one prompt, S rows: same K/V, own tokens and noise
+            cache.batch_repeat_interleave(s)
+            logits = logits.repeat_interleave(s, dim=0)
+            rope_deltas = rope_deltas.repeat_interleave(s, dim=0)
+        budget = opts.token_budget
+        tokens = [_next_token(_mask_traj_tokens(logits, model), opts, gen)]
+        eos = tokens[0][:, 0] == IM_END_ID if opts.stop_on_im_end else None
+        step = 0
+        while len(tokens) < budget:
+            if opts.fixed_decode_tokens is None and _rows_done(tokens, eos, latest=False):
+                break
+            is_last = len(tokens) + 1 >= budget or (
+                opts.fixed_decode_tokens is None and _rows_done(tokens, eos, latest=True))
+            obs.phase_start("decode", step, is_last)
+            logits = ro.decode(tokens[-1], cache, rope_deltas)
+            obs.phase_end("decode", step)
+            token = _next_token(_mask_traj_tokens(logits, model), opts, gen)
+            if eos is not None:  # rows that ended with <|im_end|> only receive pad (HF)
+                token = token.masked_fill(eos[:, None], PAD_ID)
+                eos = eos | (token[:, 0] == IM_END_ID)
+            tokens.append(token)
+            step += 1
+            if is_last:
+                break
+        new_raw = torch.cat(tokens, dim=1)                                  # (S, n)
+        new_ids = _pad_after_stop(new_raw)
+        prompt = inputs.input_ids.to(dev).repeat_interleave(s, dim=0)
+        sequences = torch.cat([prompt, new_ids], dim=1)
+        cache_len = cache.get_seq_length()
+        pos, mask = ro.expert_conditioning(sequences, cache_len, rope_deltas)
+
+        n = model.cfg.action.n_waypoints
+        if diffusion_noise is None:
+            x0 = torch.randn(s, n, 2, generator=gen, device=dev, dtype=torch.float32)
+        else:
+            x0 = diffusion_noise.to(dev, torch.float32)
+
+        def velocity(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+            return ro.expert_step(x, t, cache, pos, mask)[0]
+
+        sampled = model.diffusion.sample(
+            x0, velocity, opts.diffusion_steps,
+            on_step=lambda i, last: obs.phase_start("diffusion", i, last),
+            on_step_end=lambda i: obs.phase_end("diffusion", i))
+    hist_xyz = inputs.ego_history_xyz.to(dev).repeat_interleave(s, dim=0)
+    hist_rot = inputs.ego_history_rot.to(dev).repeat_interleave(s, dim=0)
+    xyz, rot = model.action_space.action_to_traj(sampled, hist_xyz, hist_rot)
+    if keep_extras:
+        extras.update(sequences_raw=torch.cat([prompt, new_raw], dim=1), sequences=sequences,
+                      prefill_seq_len=torch.tensor(cache_len), expert_position_ids=pos,
+                      expert_attention_mask=mask, diffusion_noise=x0, sampled_action=sampled)
+    coc = [chain_of_causation_ids(row.tolist()) for row in new_ids.cpu()]
+    text = None
+    if decoder is not None:
+        try:
+            text = [decoder.decode(ids) for ids in coc]
+        except ModelInputError:
+            text = None
+    return InferenceResult(xyz=xyz.float().cpu(), rot=rot.float().cpu(), new_token_ids=new_ids.cpu(),
+                           coc_token_ids=coc, coc_text=text, decode_steps=step, extras=extras)
+
+
+def _rows_done(tokens: list[torch.Tensor], eos: torch.Tensor | None, latest: bool) -> bool:
+    """Every row ended: emitted <|im_end|>, or emitted <|traj_future_start|> before the latest
+    token (`latest=False`: stop now) / at all (`latest=True`: the next pass is the last)."""
+    seen = torch.cat(tokens if latest else tokens[:-1], dim=1) if (latest or len(tokens) > 1) \
+        else tokens[0][:, :0]
+    done = (seen == TRAJ_FUTURE_START_ID).any(dim=1)
+    if eos is not None:
+        done = done | eos
+    return bool(done.all())
+
+
+def _pad_after_stop(new_ids: torch.Tensor) -> torch.Tensor:
+    """Every id after the first <|traj_future_start|> of a row becomes pad (151643)."""
+    is_stop = (new_ids == TRAJ_FUTURE_START_ID).int()
+    after = (torch.cumsum(is_stop, dim=1) - is_stop) > 0
+    return new_ids.masked_fill(after, PAD_ID)
