@@ -96,10 +96,10 @@ def node_command(param_files: list[Path], overrides: dict[str, str], remaps: dic
 def run_session(bag: Path, *, param_files: list[Path] | None = None,
                 overrides: dict[str, str] | None = None, remaps: dict[str, str] | None = None,
                 ready_timeout_s: float = 60.0, tail_s: float = 1.5, rate: float = 1.0,
-                command: tuple[str, ...] = NODE_COMMAND) -> SessionResult:
+                command: tuple[str, ...] | None = None) -> SessionResult:
     """Start the node, wait until its model is ready, play `bag` (restamped), collect, stop."""
     files = param_files if param_files is not None else [default_params_file()]
-    cmd = node_command(files, overrides or {}, remaps or {}, command)
+    cmd = node_command(files, overrides or {}, remaps or {}, command or NODE_COMMAND)
     result = SessionResult()
     ctx = rclpy.Context()
     rclpy.init(context=ctx)

@@ -1,0 +1,75 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from rclpy.parameter import Parameter
+
+from alpamayo_offload.ros import params
+from alpamayo_offload.ros.errors import ParameterError
+
+CONFIG = Path(__file__).resolve().parents[2] / 'config' / 'alpamayo_offload.yaml'
+
+
+def flatten(tree: dict, prefix: str = '') -> dict:
+    out = {}
+    for k, v in tree.items():
+        if isinstance(v, dict):
+            out.update(flatten(v, f'{prefix}{k}.'))
+        else:
+            out[f'{prefix}{k}'] = v
+    return out
+
+
+def yaml_values() -> dict:
+    return flatten(yaml.safe_load(CONFIG.read_text())['/**']['ros__parameters'])
+
+
+def test_yaml_keys_match_declared_parameters() -> None:
+    assert set(yaml_values()) == set(params.PARAMETERS)
+
+
+def test_yaml_defaults_equal_declared_defaults() -> None:
+    for name, value in yaml_values().items():
+        default = params.PARAMETERS[name][0]
+        if isinstance(default, Parameter.Type):
+            assert value == []
+        else:
+            assert value == default, name
+
+
+def test_default_config_and_planner_overrides() -> None:
+    values = yaml_values()
+    cfg = params.config_from_values(values)
+    assert cfg.engine['resident'] == {} and cfg.engine['budget_bytes'] is None
+    assert [c.slot for c in cfg.cameras] == [0, 1, 2, 6]
+    planner = {'vram_budget': 12 * 2**30, 'resident_layers.lm': [0, 3, 6],
+               'resident_layers.vit': [1], 'plan.predicted_latency_s': 2.5}
+    cfg = params.config_from_values(values | planner)
+    assert cfg.engine['resident'] == {'lm': (0, 3, 6), 'vit': (1,)}
+    assert cfg.engine['budget_bytes'] == 12 * 2**30
+    assert cfg.plan_info == {'plan.predicted_latency_s': 2.5}
+
+
+@pytest.mark.parametrize(('key', 'value', 'match'), [
+    ('cameras.transports', ['raw', 'h264', 'raw', 'raw'], 'cameras.transports'),
+    ('cameras.slots', [0, 1, 2], 'equal length'),
+    ('images.height', 0, 'images.height'),
+    ('mode', 'fast', 'mode'),
+    ('sync.frame_tolerance_s', -1.0, 'frame_tolerance_s'),
+    ('inference.period_s', 0.0, 'period_s'),
+])
+def test_bad_values_are_rejected_with_the_name(key: str, value: object, match: str) -> None:
+    with pytest.raises(ParameterError, match=match):
+        params.config_from_values(yaml_values() | {key: value})
+
+
+def test_runtime_update_rules() -> None:
+    values = yaml_values()
+    cfg, reason = params.check_update(values, [Parameter('inference.period_s', value=0.2)])
+    assert cfg is not None and cfg.period_s == 0.2 and reason == ''
+    cfg, reason = params.check_update(values, [Parameter('model', value='/ckpt')])
+    assert cfg is None and 'restart' in reason
+    cfg, reason = params.check_update(values, [Parameter('sync.max_input_age_s', value=-1.0)])
+    assert cfg is None and 'max_input_age_s' in reason
