@@ -1,0 +1,101 @@
+"""Plan parameter file (exact keys, [-1] convention, ROS-loadable) and budget parsing."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from alpamayo_offload.planning.errors import BudgetError, PlanFileError
+from alpamayo_offload.planning.params import (
+    PARAM_KEYS,
+    PlanParams,
+    read_plan_params,
+    resident_from_param,
+    resident_to_param,
+    split_profile_ref,
+    write_plan_params,
+)
+from alpamayo_offload.planning.units import format_bytes, parse_budget, parse_bytes
+
+GIB = 2**30
+
+
+def _flatten(d: dict, prefix: str = '') -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out |= _flatten(v, f'{prefix}{k}.')
+        else:
+            out[f'{prefix}{k}'] = v
+    return out
+
+
+def test_empty_list_convention() -> None:
+    assert resident_to_param([]) == [-1]
+    assert resident_to_param([5, 0, 5]) == [0, 5]
+    assert resident_from_param([-1]) == () and resident_from_param([]) == ()
+    assert resident_from_param([3, 1]) == (1, 3)
+    with pytest.raises(PlanFileError, match=r'\[-1\]'):
+        resident_from_param([-1, 2])
+
+
+def test_yaml_has_exact_keys_and_round_trips(tmp_path: Path) -> None:
+    params = PlanParams(resident={'lm': (0, 7, 14), 'expert': ()}, embed_on_host=True,
+                        vram_budget='12.000GiB', predicted_latency_s=4.0567,
+                        profile='/tmp/p.json#sha256=abc')
+    path = tmp_path / 'config' / 'residency.param.yaml'
+    write_plan_params(path, params, header='test\nsecond line')
+    raw = yaml.safe_load(path.read_text())
+    assert list(raw) == ['/**'] and list(raw['/**']) == ['ros__parameters']
+    flat = _flatten(raw['/**']['ros__parameters'])
+    assert tuple(flat) == PARAM_KEYS
+    assert flat['resident_layers.vit'] == [-1] and flat['resident_layers.lm'] == [0, 7, 14]
+    assert isinstance(flat['embed_on_host'], bool) and flat['vram_budget'] == '12.000GiB'
+    back = read_plan_params(path)
+    assert back.resident == {'vit': (), 'lm': (0, 7, 14), 'expert': ()}
+    assert back.embed_on_host and back.predicted_latency_s == pytest.approx(4.0567)
+    assert split_profile_ref(back.profile) == ('/tmp/p.json', 'abc')
+
+
+def test_ros_reads_the_file_with_typed_integer_arrays(tmp_path: Path) -> None:
+    from rclpy.parameter import Parameter, parameter_dict_from_yaml_file
+
+    path = tmp_path / 'plan.yaml'
+    write_plan_params(path, PlanParams(resident={'lm': (0, 3)}, vram_budget='8GiB'))
+    got = parameter_dict_from_yaml_file(str(path), use_wildcard=True)
+    assert set(got) == set(PARAM_KEYS)
+    assert Parameter.from_parameter_msg(got['resident_layers.vit']).value == [-1]
+    assert Parameter.from_parameter_msg(got['resident_layers.lm']).value == [0, 3]
+    assert Parameter.from_parameter_msg(got['embed_on_host']).value is False
+
+
+def test_bad_plan_files(tmp_path: Path) -> None:
+    (tmp_path / 'a.yaml').write_text('/**:\n  ros__parameters:\n    embed_on_host: true\n')
+    with pytest.raises(PlanFileError, match='lacks key'):
+        read_plan_params(tmp_path / 'a.yaml')
+    with pytest.raises(PlanFileError, match='alpamayo-offload plan'):
+        read_plan_params(tmp_path / 'none.yaml')
+    with pytest.raises(ValueError, match='allowed'):
+        PlanParams(resident={'unet': (1,)})
+
+
+@pytest.mark.parametrize(('spec', 'free', 'expected'), [
+    ('12GiB', None, 12 * GIB), ('1.5 GB', None, 1_500_000_000), ('800MiB', None, 800 * 2**20),
+    ('4096', None, 4096), ('free-2GiB', 10 * GIB, 8 * GIB), ('0.8free', 10 * GIB, 8 * GIB),
+    ('0.5*free', 4 * GIB, 2 * GIB)])
+def test_parse_budget(spec: str, free: int | None, expected: int) -> None:
+    assert parse_budget(spec, free) == expected
+
+
+@pytest.mark.parametrize(('spec', 'free', 'match'), [
+    ('12 parsecs', None, 'not understood'), ('free-2GiB', None, 'no GPU'),
+    ('1.5free', GIB, r'\(0, 1\]'), ('free-20GiB', GIB, 'positive')])
+def test_parse_budget_errors(spec: str, free: int | None, match: str) -> None:
+    with pytest.raises(BudgetError, match=match):
+        parse_budget(spec, free)
+
+
+def test_format_bytes_round_trips() -> None:
+    for n in (GIB, 12 * GIB + 12345, 3 * 2**20):
+        assert abs(parse_bytes(format_bytes(n)) - n) <= 2**20

@@ -1,0 +1,109 @@
+"""Profile JSON round trip, schema checks, stale-profile refusal, collection from runtime calls."""
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from alpamayo_offload.planning.collect import build_profile, model_identity
+from alpamayo_offload.planning.errors import ProfileFormatError, StaleProfileError
+from alpamayo_offload.planning.paper import table3_profile
+from alpamayo_offload.planning.predictor import Pipeline, Placement, Workload, predict
+from alpamayo_offload.planning.profile import (
+    MachineInfo,
+    PhaseProfile,
+    SequenceProfile,
+    VramProfile,
+    check_profile,
+    load_profile,
+    save_profile,
+)
+
+
+def test_round_trip_and_hash(tmp_path: Path) -> None:
+    profile = table3_profile(host_ms=12.5)
+    digest = save_profile(profile, tmp_path / 'p.json')
+    loaded, digest2 = load_profile(tmp_path / 'p.json')
+    assert loaded == profile and digest == digest2 and len(digest) == 64
+
+
+def test_other_schema_version_and_garbage_refused(tmp_path: Path) -> None:
+    data = table3_profile().to_dict()
+    (tmp_path / 'v.json').write_text(json.dumps(data | {'schema_version': 99}))
+    with pytest.raises(ProfileFormatError, match='version 99'):
+        load_profile(tmp_path / 'v.json')
+    del data['sequences']
+    (tmp_path / 'm.json').write_text(json.dumps(data))
+    with pytest.raises(ProfileFormatError, match='malformed'):
+        load_profile(tmp_path / 'm.json')
+    with pytest.raises(ProfileFormatError, match='alpamayo-offload profile'):
+        load_profile(tmp_path / 'missing.json')
+
+
+def test_stale_profile_refused_unless_forced(caplog: pytest.LogCaptureFixture) -> None:
+    profile = table3_profile()
+    check_profile(profile, gpu_name=profile.machine.gpu_name, model_identity=profile.model_identity)
+    with pytest.raises(StaleProfileError, match='NVIDIA H200.*--force'):
+        check_profile(profile, gpu_name='NVIDIA H200')
+    with pytest.raises(StaleProfileError, match='preset:tiny'):
+        check_profile(profile, model_identity='preset:tiny')
+    with caplog.at_level(logging.WARNING):
+        check_profile(profile, gpu_name='NVIDIA H200', force=True)
+        check_profile(profile, torch_version='9.9')
+    assert 'stale' in caplog.text and 'torch' in caplog.text
+
+
+def test_validation_names_field_and_value() -> None:
+    with pytest.raises(ValueError, match='repeats'):
+        PhaseProfile('x', 'lm', 'sometimes', ((1.0,),), (0.0,))
+    with pytest.raises(ValueError, match='dma_ms'):
+        SequenceProfile('lm', (10, 10), (1.0, -1.0))
+    with pytest.raises(ValueError, match='working_set_bytes'):
+        VramProfile(0, 0, -5)
+    with pytest.raises(ValueError, match='sequence .*nope'):
+        replace(table3_profile(), phases=(PhaseProfile('v', 'nope', 'once', ((1.0,),), (0.0,)),))
+
+
+def test_model_identity(tmp_path: Path) -> None:
+    assert model_identity('tiny') == 'preset:tiny'
+    (tmp_path / 'config.json').write_text('{"a": 1}')
+    first = model_identity(str(tmp_path))
+    (tmp_path / 'config.json').write_text('{"a": 2}')
+    assert first.startswith('checkpoint:') and model_identity(str(tmp_path)) != first
+
+
+def _records(seq: str, reps: int, layers: int, dma: float, exe: list[float], nbytes: int
+             ) -> list[dict[str, object]]:
+    return [{'sequence': seq, 'layer': i, 'repetition': r, 'dma_ms': dma, 'exe_ms': exe[r],
+             'bytes': nbytes} for r in range(reps) for i in range(layers)]
+
+
+def test_build_profile_from_runtime_records_predicts_the_sequential_run() -> None:
+    """Sequential replay of a collected profile gives back the measured phase wall times."""
+    calls = (_records('vit', 1, 4, 0.5, [3.0], 1000)
+             + _records('lm', 4, 6, 2.0, [5.0, 0.4, 0.5, 0.6], 4000)
+             + _records('expert', 3, 6, 1.0, [0.3] * 3, 2000))
+    walls = {'vision': 4 * 3.5 + 1.0, 'prefill': 6 * 7.0 + 2.0,
+             'decode': 6 * 2.0 * 3 + 6 * 1.5 + 3 * 0.7, 'diffusion': 3 * 6 * 1.3 + 3 * 0.2}
+    profile = build_profile(calls, walls, model_identity='preset:tiny',
+                            machine=MachineInfo('cpu'), vram=VramProfile(100, 50, 20),
+                            host_ms=4.0, embed_host_ms={'prefill': 0.3})
+    assert [p.name for p in profile.phases] == ['vision', 'prefill', 'decode', 'diffusion']
+    decode = profile.phases[2]
+    assert decode.measured_passes == 3 and decode.mean_exe_ms() == pytest.approx((0.5,) * 6)
+    assert decode.mean_other_ms() == pytest.approx(0.7)
+    assert profile.phases[1].embed_host_ms == 0.3
+    got = predict(profile, Placement.of(), Workload(3, 3), Pipeline.SEQUENTIAL)
+    for phase in got.phases:
+        assert phase.wall_ms == pytest.approx(walls[phase.name])
+    assert got.total_ms == pytest.approx(sum(walls.values()) + 4.0)
+
+
+def test_build_profile_refuses_partial_records() -> None:
+    calls = _records('lm', 2, 3, 1.0, [1.0, 1.0], 10)[:-1]
+    with pytest.raises(ProfileFormatError, match='nothing resident'):
+        build_profile(calls, {}, model_identity='x', machine=MachineInfo('g'),
+                      vram=VramProfile(0, 0, 0))
