@@ -65,8 +65,9 @@ def test_ros_reads_the_file_with_typed_integer_arrays(tmp_path: Path) -> None:
     write_plan_params(path, PlanParams(resident={'lm': (0, 3)}, vram_budget='8GiB'))
     got = parameter_dict_from_yaml_file(str(path), use_wildcard=True)
     assert set(got) == set(PARAM_KEYS)
-    assert Parameter.from_parameter_msg(got['resident_layers.vit']).value == [-1]
-    assert Parameter.from_parameter_msg(got['resident_layers.lm']).value == [0, 3]
+    vit = Parameter.from_parameter_msg(got['resident_layers.vit'])
+    assert vit.type_ is Parameter.Type.INTEGER_ARRAY and list(vit.value) == [-1]
+    assert list(Parameter.from_parameter_msg(got['resident_layers.lm']).value) == [0, 3]
     assert Parameter.from_parameter_msg(got['embed_on_host']).value is False
 
 

@@ -1,0 +1,70 @@
+"""`plan` and `predict` through argparse, on a profile file (the `profile` command needs a GPU)."""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from alpamayo_offload.planning import commands
+from alpamayo_offload.planning.paper import table3_profile
+from alpamayo_offload.planning.params import read_plan_params
+from alpamayo_offload.planning.profile import save_profile
+
+
+def _run(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser()
+    commands.register(parser.add_subparsers(dest='command', required=True))
+    args = parser.parse_args(argv)
+    return int(args.func(args))
+
+
+@pytest.fixture
+def profile_path(tmp_path: Path) -> Path:
+    path = tmp_path / 'profile.json'
+    save_profile(table3_profile(), path)
+    return path
+
+
+def test_plan_writes_the_parameter_file(profile_path: Path, tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / 'config' / 'residency.param.yaml'
+    assert _run(['plan', '--profile', str(profile_path), '--budget', '12GiB',
+                 '--decode-passes', '21', '--out', str(out)]) == 0
+    params = read_plan_params(out)
+    assert params.vram_budget == '12.000GiB' and len(params.resident['lm']) >= 20
+    assert params.profile.startswith(str(profile_path) + '#sha256=')
+    assert 0 < params.predicted_latency_s < 10.4
+    assert 'decode' in capsys.readouterr().out
+
+
+def test_plan_refuses_budget_below_minimum_and_stale_profile(
+        profile_path: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    out = tmp_path / 'x.yaml'
+    assert _run(['plan', '--profile', str(profile_path), '--budget', '1GiB',
+                 '--out', str(out)]) == 2
+    assert 'below the minimum 2.814GiB' in caplog.text
+    assert _run(['plan', '--profile', str(profile_path), '--budget', '12GiB', '--model', 'tiny',
+                 '--out', str(out)]) == 2
+    assert 'stale profile' in caplog.text and not out.exists()
+    assert _run(['plan', '--profile', str(profile_path), '--budget', '12GiB', '--model', 'tiny',
+                 '--force', '--out', str(out)]) == 0
+
+
+def test_predict_curve_and_plan_breakdown(profile_path: Path, tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    curve = tmp_path / 'curve.json'
+    assert _run(['predict', '--profile', str(profile_path), '--step', '2GiB',
+                 '--max-budget', '16GiB', '--json', str(curve)]) == 0
+    rows = json.loads(curve.read_text())
+    assert len(rows) == 8
+    planned = [r['planned_s'] for r in rows]
+    assert planned == sorted(planned, reverse=True)
+    assert all(r['interleaved_s'] is None or r['planned_s'] <= r['interleaved_s'] for r in rows)
+    plan_file = tmp_path / 'p.yaml'
+    _run(['plan', '--profile', str(profile_path), '--budget', '10GiB', '--out', str(plan_file)])
+    capsys.readouterr()
+    assert _run(['predict', '--profile', str(profile_path), '--plan', str(plan_file)]) == 0
+    text = capsys.readouterr().out
+    assert 'bubble ms' in text and 'resident lm:' in text
