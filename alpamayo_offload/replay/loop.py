@@ -120,8 +120,11 @@ def prepare_bag(path: Path | str, cfg: ReplayConfig) -> PreparedBag:
         odometry = sorted((odometry_from_msg(m.msg) for m in reader.messages([cfg.odometry_topic])),
                           key=lambda s: s.stamp_ns)
     a = cfg.assembly
-    start = max(first[cfg.odometry_topic] + round((a.history_steps - 1) * a.history_dt_s * _NS),
-                max(first[c.topic] for c in cfg.cameras) + round(max(a.frame_offsets_s) * _NS))
+    # One model step (0.1 s) of margin: t0 (the oldest newest frame) trails the evaluation time by
+    # up to a camera period, and its history must still start after the first odometry.
+    start = max(first[cfg.odometry_topic] + round(a.history_steps * a.history_dt_s * _NS),
+                max(first[c.topic] for c in cfg.cameras)
+                + round((max(a.frame_offsets_s) + a.history_dt_s) * _NS))
     end = odometry[-1].stamp_ns - round(a.future_steps * a.history_dt_s * _NS)
     ticks = tuple(range(start, end + 1, cfg.period_ns)) if end >= start else ()
     note = ''
