@@ -60,7 +60,7 @@ def embed_host_ms(torch: Any, rows: int, hidden: int, repeats: int = 5) -> float
 
 def run_profile(*, model: str, device: str, decode_tokens: int, diffusion_steps: int,
                 warmup: int, seed: int) -> Profile:
-    """Run the engine in sequential mode with nothing resident and return the measured profile."""
+    """Build the engine in sequential mode with nothing resident and profile one inference."""
     import torch
 
     if not device.startswith('cuda') or not torch.cuda.is_available():
@@ -74,7 +74,21 @@ def run_profile(*, model: str, device: str, decode_tokens: int, diffusion_steps:
         diffusion_steps=diffusion_steps, seed=seed, instrument=True)
     engine = Engine.from_config(config)
     torch.cuda.synchronize()
-    loaded = torch.cuda.memory_allocated()
+    return profile_engine(engine, model=model, loaded_bytes=torch.cuda.memory_allocated(),
+                          warmup=warmup, settings={'decode_tokens': decode_tokens,
+                                                   'diffusion_steps': diffusion_steps,
+                                                   'seed': seed})
+
+
+def profile_engine(engine: Any, *, model: str, loaded_bytes: int, warmup: int,
+                   settings: dict[str, Any]) -> Profile:
+    """Profile an engine already attached in sequential mode, nothing resident, instrumented.
+
+    `loaded_bytes` is `torch.cuda.memory_allocated()` right after attaching (non-layer modules,
+    embedding and the two slots), from which the fixed VRAM is derived.
+    """
+    import torch
+
     model_input = engine.example_input()
     for _ in range(warmup):
         engine.infer(model_input)
@@ -102,14 +116,13 @@ def run_profile(*, model: str, device: str, decode_tokens: int, diffusion_steps:
                             torch_version=torch.__version__,
                             cuda_version=str(torch.version.cuda),
                             pinned_h2d_gbps=pinned_h2d_gbps(torch)),
-        vram=VramProfile(fixed_bytes=max(0, loaded - 2 * largest - embed), embed_bytes=embed,
-                         working_set_bytes=max(0, peak - loaded),
+        vram=VramProfile(fixed_bytes=max(0, loaded_bytes - 2 * largest - embed),
+                         embed_bytes=embed, working_set_bytes=max(0, peak - loaded_bytes),
                          context_bytes=max(0, total - free - torch.cuda.memory_reserved())),
         host_ms=1000.0 * (float(timings.get('preprocess', 0.0))
                           + float(timings.get('postprocess', 0.0))),
         embed_host_ms={'prefill': embed_host_ms(torch, prompt, hidden),
                        'decode': embed_host_ms(torch, 1, hidden)},
-        settings={'decode_tokens': decode_tokens, 'decode_passes_measured':
-                  result.decode_tokens, 'diffusion_steps': diffusion_steps, 'seed': seed,
+        settings={**settings, 'decode_tokens_measured': result.decode_tokens,
                   'prompt_tokens': prompt, 'mode': 'sequential'},
         created_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'))
