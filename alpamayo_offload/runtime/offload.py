@@ -95,7 +95,7 @@ class OffloadRuntime:
             resident_bytes=sum(device_bytes(t.spec.nbytes) for i in self._infos if i.resident
                                for t in collect_tensors(i.module)),
             resident_layers=sum(1 for i in self._infos if i.resident),
-            slot_bytes=slot_allocation_bytes(slot_bytes) if slot_bytes else 0,
+            slot_bytes=device_bytes(slot_allocation_bytes(slot_bytes)) if slot_bytes else 0,
             n_slots=_SLOTS_PER_MODE[self.mode] if streamed else 0,
             fixed_bytes=fixed_bytes,
             working_set_bytes=working_set_bytes,
