@@ -1,0 +1,197 @@
+"""Planner and predictor on the GPU: predicted vs measured latency for planned and paper plans.
+
+Full-size random weights, N = 21 decode tokens (fixed), 10 diffusion steps. Profiles once in
+sequential mode, then for each budget (8, 10, 12, 14, 16 GiB, VRAM capped with
+`torch.cuda.set_per_process_memory_fraction`) plans, re-attaches the runtime with the plan on the
+same loaded model, and measures. Then the paper's sweep (k = 0, 5, 10, ... interleaved LM layers).
+Targets: |error| <= 1 % per row; the planned plan at least as fast as the best interleaved
+VLM-only plan at the same budget. Writes bench_planner.{json,md,png} and profile.json to --out.
+
+    python3 bench/bench_planner.py --out $OUT
+
+Needs from the engine (beyond docs/design.md): `EngineConfig(instrument=...)`,
+`engine.example_input()`, `engine.runtime_stats(reset=...)`, `engine.info['embed_bytes']`, and
+`engine.replan(resident=..., mode=..., budget_bytes=..., embed_on_host=..., instrument=...)`,
+which detaches the runtime and attaches it again with a new plan without reloading weights.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from alpamayo_offload.planning.closed_forms import interleaved_indices
+from alpamayo_offload.planning.errors import BudgetError
+from alpamayo_offload.planning.gpu_profile import profile_engine
+from alpamayo_offload.planning.planner import PlannerOptions, interleaved_plan, plan, vram_needed
+from alpamayo_offload.planning.predictor import Placement, Workload, predict
+from alpamayo_offload.planning.profile import Profile, save_profile
+from alpamayo_offload.planning.units import format_bytes
+
+GIB = 2**30
+LOG = logging.getLogger('bench_planner')
+
+
+def cap_vram(budget: int | None) -> None:
+    total = torch.cuda.get_device_properties(0).total_memory
+    torch.cuda.set_per_process_memory_fraction(1.0 if budget is None else min(1.0, budget / total))
+
+
+def apply(engine: Any, placement: Placement, budget: int | None, mode: str = 'pipelined',
+          instrument: bool = False) -> None:
+    if not hasattr(engine, 'replan'):
+        raise SystemExit('engine has no replan(); the bench re-attaches plans on one loaded model')
+    torch.cuda.empty_cache()
+    cap_vram(budget)
+    engine.replan(resident={s: placement.indices(s) for s in placement.resident},
+                  mode=mode, budget_bytes=budget, embed_on_host=placement.embed_on_host,
+                  instrument=instrument)
+
+
+def measure(engine: Any, model_input: Any, warmup: int, runs: int) -> dict[str, float]:
+    for _ in range(warmup):
+        engine.infer(model_input)
+    torch.cuda.reset_peak_memory_stats()
+    totals = []
+    for _ in range(runs):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        engine.infer(model_input)
+        torch.cuda.synchronize()
+        totals.append(time.perf_counter() - t0)
+    return {'measured_s': statistics.median(totals), 'runs_s': totals,
+            'peak_bytes': torch.cuda.max_memory_allocated()}
+
+
+def row(kind: str, budget: int | None, placement: Placement, profile: Profile,
+        workload: Workload, got: dict[str, float]) -> dict[str, Any]:
+    pred = predict(profile, placement, workload)
+    err = (pred.total_s - got['measured_s']) / got['measured_s']
+    return {'kind': kind, 'budget': format_bytes(budget) if budget else '-',
+            'budget_bytes': budget, 'planned_vram_bytes': vram_needed(profile, placement).total,
+            'resident': {s: list(placement.indices(s)) for s in ('vit', 'lm', 'expert')},
+            'embed_on_host': placement.embed_on_host, 'predicted_s': pred.total_s,
+            'error': err, 'breakdown': pred.as_dict(), **got}
+
+
+def plot(path: Path, profile: Profile, workload: Workload, rows: list[dict[str, Any]]) -> None:
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+
+    options = PlannerOptions(workload=workload)
+    budgets = [b * GIB / 4 for b in range(24, 4 * 17)]
+    planned, paper = [], []
+    for b in budgets:
+        try:
+            planned.append(plan(profile, int(b), options).prediction.total_s)
+        except BudgetError:        # below the minimum budget: no point on the line
+            planned.append(float('nan'))
+        il = interleaved_plan(profile, int(b), options)
+        paper.append(il.prediction.total_s if il else float('nan'))
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    ax.plot([b / GIB for b in budgets], planned, label='planner, predicted')
+    ax.plot([b / GIB for b in budgets], paper, '--', label='interleaved LM only (Eq. 8), predicted')
+    for kind, marker in (('planned', 'o'), ('interleaved', 's')):
+        pts = [(r['planned_vram_bytes'] / GIB, r['measured_s']) for r in rows if r['kind'] == kind]
+        if pts:
+            ax.scatter(*zip(*pts, strict=True), marker=marker, label=f'{kind}, measured')
+    ax.set_xlabel('VRAM (GiB)')
+    ax.set_ylabel('latency (s)')
+    ax.set_title(f'{profile.machine.gpu_name}: latency vs VRAM (N={workload.decode_passes})')
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument('--out', required=True)
+    ap.add_argument('--model', default='full', help='preset with full-size random weights')
+    ap.add_argument('--budgets', default='8,10,12,14,16', help='GiB')
+    ap.add_argument('--sweep-step', type=int, default=5)
+    ap.add_argument('--warmup', type=int, default=1)
+    ap.add_argument('--runs', type=int, default=2)
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format='%(levelname)s %(name)s: %(message)s')
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    from alpamayo_offload.engine import Engine, EngineConfig
+
+    start = time.perf_counter()
+    engine = Engine.from_config(EngineConfig(
+        model=args.model, device='cuda', mode='sequential', budget_bytes=None, resident={},
+        max_decode_tokens=21, fixed_decode_tokens=21, diffusion_steps=10, seed=0,
+        instrument=True))
+    torch.cuda.synchronize()
+    LOG.info('model loaded in %.0f s', time.perf_counter() - start)
+    profile = profile_engine(engine, model=args.model, loaded_bytes=torch.cuda.memory_allocated(),
+                             warmup=args.warmup, settings={'decode_tokens': 21,
+                                                           'diffusion_steps': 10})
+    save_profile(profile, out / 'profile.json')
+    workload = Workload(profile.measured_passes('decode'), 10)
+    options = PlannerOptions(workload=workload)
+    model_input = engine.example_input()
+    rows: list[dict[str, Any]] = []
+    for gib in (float(x) for x in args.budgets.split(',')):
+        budget = int(gib * GIB)
+        for kind, result in (('planned', plan(profile, budget, options)),
+                             ('interleaved', interleaved_plan(profile, budget, options))):
+            if result is None:
+                continue
+            apply(engine, result.placement, budget)
+            rows.append(row(kind, budget, result.placement, profile, workload,
+                            measure(engine, model_input, args.warmup, args.runs)))
+            LOG.info('%s %s: predicted %.3f s measured %.3f s (%+.2f %%)', kind,
+                     rows[-1]['budget'], rows[-1]['predicted_s'], rows[-1]['measured_s'],
+                     100 * rows[-1]['error'])
+    n_lm = profile.sequence('lm').n_layers
+    top = int(max(float(x) for x in args.budgets.split(',')) * GIB)
+    for k in range(0, n_lm, args.sweep_step):
+        placement = Placement.of({'lm': interleaved_indices(k, n_lm)})
+        if vram_needed(profile, placement).total > top:
+            break
+        apply(engine, placement, None)
+        rows.append(row(f'sweep-k{k}', None, placement, profile, workload,
+                        measure(engine, model_input, args.warmup, args.runs)))
+    cap_vram(None)
+    checks = {
+        'max_abs_error': max(abs(r['error']) for r in rows),
+        'all_rows_within_1pct': all(abs(r['error']) <= 0.01 for r in rows),
+        'planned_not_slower_than_interleaved': all(
+            p['measured_s'] <= i['measured_s'] * 1.005 for p in rows if p['kind'] == 'planned'
+            for i in rows if i['kind'] == 'interleaved' and i['budget'] == p['budget']),
+        'peak_within_budget': all(r['peak_bytes'] <= r['budget_bytes'] for r in rows
+                                  if r['budget_bytes']),
+        'wall_s': time.perf_counter() - start,
+    }
+    (out / 'bench_planner.json').write_text(json.dumps({'profile': profile.to_dict(),
+                                                        'rows': rows, 'checks': checks},
+                                                       indent=1) + '\n')
+    plot(out / 'bench_planner.png', profile, workload, rows)
+    lines = ['| kind | budget | resident vit/lm/expert | embed host | VRAM plan | peak | '
+             'predicted s | measured s | error |', '|' + '---|' * 9]
+    for r in rows:
+        counts = '/'.join(str(len(r['resident'][m])) for m in ('vit', 'lm', 'expert'))
+        lines.append(f"| {r['kind']} | {r['budget']} | {counts} | {r['embed_on_host']} | "
+                     f"{format_bytes(r['planned_vram_bytes'])} | {format_bytes(r['peak_bytes'])} | "
+                     f"{r['predicted_s']:.3f} | {r['measured_s']:.3f} | "
+                     f"{100 * r['error']:+.2f} % |")
+    lines.append('')
+    lines += [f'- {k}: {v}' for k, v in checks.items()]
+    (out / 'bench_planner.md').write_text('\n'.join(lines) + '\n')
+    sys.stdout.write('\n'.join(lines) + '\n')
+    return 0 if checks['all_rows_within_1pct'] and checks['planned_not_slower_than_interleaved'] \
+        else 1
+
+
+if __name__ == '__main__':
+    sys.exit(main())
