@@ -6,7 +6,10 @@ from pathlib import Path
 
 def format_time(stamp_ns: int | None) -> str:
     """Seconds with ns precision, as `ros2 bag info` prints them."""
-    return 'unknown time' if stamp_ns is None else f't={stamp_ns / 1e9:.9f} s'
+    if stamp_ns is None:
+        return 'unknown time'
+    sign, ns = ('-', -stamp_ns) if stamp_ns < 0 else ('', stamp_ns)  # exact: no float rounding
+    return f't={sign}{ns // 1_000_000_000}.{ns % 1_000_000_000:09d} s'
 
 
 class ReplayError(Exception):

@@ -1,0 +1,152 @@
+"""Damaged or mismatched bags fail with messages naming bag, topic and time; nothing is lost."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from replay_doubles import (
+    PlantedPlannerDouble,
+    cdr_stamp,
+    replay_config,
+    rewrite_bag,
+    set_cdr_stamp,
+)
+
+from alpamayo_offload.cli import main as cli_main
+from alpamayo_offload.replay.config import CameraTopic
+from alpamayo_offload.replay.errors import BagError
+from alpamayo_offload.replay.loop import prepare_bag
+from alpamayo_offload.replay.session import EXIT_BAG_ERROR, replay_session
+
+S = 10**9
+
+
+def _copy(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst
+
+
+def test_missing_bag(bag_factory, tmp_path: Path) -> None:
+    _, drive = bag_factory()
+    with pytest.raises(BagError, match=r"bag '.*nowhere': does not exist"):
+        prepare_bag(tmp_path / 'nowhere', replay_config(drive))
+
+
+@pytest.mark.parametrize('storage', ['mcap', 'sqlite3'])
+def test_truncated_bag(bag_factory, tmp_path: Path, storage: str) -> None:
+    src, drive = bag_factory(storage=storage)
+    bag = _copy(src, tmp_path / 'cut')
+    data = next(f for f in bag.iterdir() if f.suffix in ('.mcap', '.db3'))
+    data.write_bytes(data.read_bytes()[:data.stat().st_size // 2])
+    with pytest.raises(BagError, match=r"bag '.*cut': cannot be opened .*corrupt, truncated"):
+        prepare_bag(bag, replay_config(drive))
+
+
+def test_corrupt_bag_file(bag_factory, tmp_path: Path) -> None:
+    src, drive = bag_factory(storage='sqlite3')
+    bag = _copy(src, tmp_path / 'garbage')
+    data = next(bag.glob('*.db3'))
+    data.write_bytes(b'not a database' * 1000)
+    with pytest.raises(BagError, match=r"bag '.*garbage': cannot be opened"):
+        prepare_bag(bag, replay_config(drive))
+
+
+def test_missing_topic(bag_factory) -> None:
+    path, drive = bag_factory()
+    cfg = replay_config(drive)
+    cfg = type(cfg)(**{**cfg.__dict__, 'odometry_topic': '/localization/kinematic_state'})
+    with pytest.raises(BagError, match=r"topic '/localization/kinematic_state': missing \(topics "
+                       r"in the bag: .*/localization/odometry \[nav_msgs/msg/Odometry\]"):
+        prepare_bag(path, cfg)
+
+
+def test_topic_with_wrong_type(bag_factory) -> None:
+    path, drive = bag_factory()
+    cfg = replay_config(drive)
+    cams = (CameraTopic(0, '/sensing/camera_0/image', True),) + cfg.cameras[1:]
+    cfg = type(cfg)(**{**cfg.__dict__, 'cameras': cams})
+    with pytest.raises(BagError, match=r"topic '/sensing/camera_0/image': has type "
+                       r'sensor_msgs/msg/Image, expected sensor_msgs/msg/CompressedImage'):
+        prepare_bag(path, cfg)
+
+
+def test_clock_jump_back(bag_factory, tmp_path: Path) -> None:
+    src, drive = bag_factory()
+    jump_at = drive.start_ns + 5 * S
+
+    def jump(topic: str, log_ns: int, raw: bytes) -> tuple[int, bytes]:
+        stamp = cdr_stamp(raw)
+        if topic == drive.odom_topic and stamp >= jump_at:
+            return log_ns, set_cdr_stamp(raw, stamp - 3 * S)
+        return log_ns, raw
+
+    bag = rewrite_bag(src, tmp_path / 'jump', jump)
+    with pytest.raises(BagError, match=r"bag '.*jump', topic '/localization/odometry', "
+                       r't=1700000002\.000000000 s: clock jumps back by 2\.980 s '
+                       r'\(from t=1700000004\.980000000 s'):
+        prepare_bag(bag, replay_config(drive))
+
+
+def test_empty_topic(bag_factory, tmp_path: Path) -> None:
+    src, drive = bag_factory()
+    bag = rewrite_bag(src, tmp_path / 'silent',
+                      lambda t, n, raw: None if t == '/sensing/camera_2/image' else (n, raw))
+    cfg = replay_config(drive)
+    with pytest.raises(BagError, match=r"topic '/sensing/camera_2/image': has no messages"):
+        prepare_bag(bag, cfg)
+
+
+def test_gap_is_reported_and_samples_listed(bag_factory, tmp_path: Path) -> None:
+    path, drive = bag_factory(fault='odometry_gap', fault_after_s=4.0, fault_duration_s=1.5)
+    cfg = replay_config(drive)
+    bag = prepare_bag(path, cfg)
+    assert [a['topic'] for a in bag.anomalies] == [drive.odom_topic]
+    assert bag.anomalies[0]['kind'] == 'gap' and bag.anomalies[0]['duration_s'] > 1.5
+    res = replay_session([bag], cfg, PlantedPlannerDouble(bag, cfg.assembly), tmp_path / 'r',
+                         model_info={}, progress=False, bev_count=0)
+    c = res.metrics['counts']
+    assert c['rejected'] == c['by_reason']['ground_truth_odometry_gap'] == len(bag.ticks)
+    assert 'gap 1.5' in (tmp_path / 'r' / 'report.md').read_text()
+
+
+def test_damaged_message_mid_bag_keeps_finished_samples(bag_factory, tmp_path: Path) -> None:
+    src, drive = bag_factory()
+    broken_at = drive.start_ns + round(2.6 * S)
+
+    def damage(topic: str, log_ns: int, raw: bytes) -> tuple[int, bytes]:
+        if topic == '/sensing/camera_1/image' and cdr_stamp(raw) == broken_at:
+            return log_ns, raw[:40]       # header intact, image fields cut off
+        return log_ns, raw
+
+    bag_path = rewrite_bag(src, tmp_path / 'damaged', damage)
+    cfg = replay_config(drive)
+    bag = prepare_bag(bag_path, cfg)      # the stamp scan does not decode images
+    out = tmp_path / 'r'
+    res = replay_session([bag], cfg, PlantedPlannerDouble(bag, cfg.assembly), out,
+                         model_info={}, progress=False, bev_count=0)
+    assert res.exit_code == EXIT_BAG_ERROR
+    assert res.state.error is not None
+    assert "topic '/sensing/camera_1/image', t=1700000002.600000000 s: unreadable" in \
+        res.state.error
+    kept = [json.loads(line) for line in (out / 'samples.jsonl').read_text().splitlines()[1:]]
+    assert kept and all(r['tick_ns'] < broken_at for r in kept)
+    doc = json.loads((out / 'metrics.json').read_text())
+    assert not doc['complete'] and 'unreadable' in doc['error']
+    assert doc['counts']['done'] == len(kept)
+    assert 'STOPPED' in (out / 'report.md').read_text()
+
+
+def test_cli_names_the_bad_bag(bag_factory, tmp_path: Path, caplog) -> None:
+    _, drive = bag_factory()
+    params = tmp_path / 'p.yaml'
+    params.write_text('/**:\n  ros__parameters:\n    cameras:\n      topics: ['
+                      + ', '.join(drive.topic_for(s) for s in drive.camera_slots)
+                      + ']\n    odometry:\n      topic: /nope\n')
+    bag, _ = bag_factory()
+    code = cli_main(['replay', str(bag), '--params', 'config/alpamayo_offload.yaml',
+                     '--params', str(params), '--out', str(tmp_path / 'r'), '--no-progress'])
+    assert code == 2
+    assert "topic '/nope': missing" in caplog.text
+    assert not (tmp_path / 'r').exists()
