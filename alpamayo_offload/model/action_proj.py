@@ -82,7 +82,7 @@ class PerWaypointActionInProjV2(nn.Module):
         return [*self.sinus, self.timestep_fourier_encoder]  # type: ignore[list-item]
 
     def forward(self, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-        """x (B, N, C) noisy action, t (B, 1, 1) flow time -> (B, N, out_dim)."""
+        """X (B, N, C) noisy action, t (B, 1, 1) flow time -> (B, N, out_dim)."""
         b, n, _ = x.shape
         x, t = x.float(), t.float()
         action_feats = torch.cat([enc(x[:, :, i]) for i, enc in enumerate(self.sinus)], dim=-1)

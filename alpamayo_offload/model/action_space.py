@@ -50,7 +50,7 @@ def _difference_matrix(n: int, order: int, dtype: torch.dtype,
 
 def _smoothness(n: int, order: int, lam: float, dt: float, dtype: torch.dtype,
                 device: torch.device) -> torch.Tensor:
-    """lam / dt^(2 order) * D^T D: the normal-equation term penalising the order-th derivative."""
+    """Lam / dt^(2 order) * D^T D: the normal-equation term penalising the order-th derivative."""
     d = _difference_matrix(n, order, dtype, device)
     return (lam / dt ** (2 * order)) * (d.T @ d)
 
@@ -133,7 +133,6 @@ class UnicycleAccelCurvatureActionSpace(nn.Module):
     def traj_to_action(self, hist_xyz: torch.Tensor, hist_rot: torch.Tensor,
                        fut_xyz: torch.Tensor, fut_rot: torch.Tensor) -> torch.Tensor:
         """Future trajectory (..., N, 3), (..., N, 3, 3) -> normalised actions (..., N, 2)."""
-        c = self.cfg
         with torch.autocast(fut_xyz.device.type, enabled=False):
             v0 = self.estimate_t0_speed(hist_xyz, hist_rot)
             xy = torch.cat([hist_xyz[..., -1:, :], fut_xyz.float()], dim=-2)[..., :2]

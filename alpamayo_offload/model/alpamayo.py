@@ -50,7 +50,7 @@ class AlpamayoR1(nn.Module):
 
     # ---- what the runtime plans and streams ----------------------------------------------
     def layer_sequences(self) -> dict[str, list[nn.Module]]:
-        """The repeated blocks, in execution order: ViT blocks, LM layers, expert layers."""
+        """Return the repeated blocks, in execution order: ViT blocks, LM layers, expert layers."""
         return {"vit": list(self.vlm.model.visual.blocks),
                 "lm": list(self.vlm.model.language_model.layers),
                 "expert": list(self.expert.layers)}
@@ -104,7 +104,7 @@ def _freqs(enc: FourierEncoderV2, device: torch.device, dtype: torch.dtype) -> t
 
 
 def build_meta(cfg: AlpamayoConfig, dtype: torch.dtype = torch.bfloat16) -> AlpamayoR1:
-    """The module tree on the `meta` device (no memory), parameters in `dtype`."""
+    """Build the module tree on the `meta` device (no memory), parameters in `dtype`."""
     with torch.device("meta"):
         model = AlpamayoR1(cfg)
     return model.to(dtype)
@@ -134,5 +134,5 @@ def materialize_random(model: AlpamayoR1, seed: int, device: torch.device | str)
 
 def build_random(cfg: AlpamayoConfig, seed: int = 0, device: torch.device | str = "cpu",
                  dtype: torch.dtype = torch.float32) -> AlpamayoR1:
-    """A random-weight model of any scale, built on meta and initialised on `device`."""
+    """Build a random-weight model of any scale, built on meta and initialised on `device`."""
     return materialize_random(build_meta(cfg, dtype), seed, device).eval()

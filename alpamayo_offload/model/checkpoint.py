@@ -118,7 +118,7 @@ def _reject_pickles(path: Path) -> None:
 
 
 def checkpoint_files(path: str | Path) -> list[Path]:
-    """The safetensors files of a checkpoint directory, validated against its index."""
+    """List the safetensors files of a checkpoint directory, validated against its index."""
     path = Path(path)
     if not path.is_dir():
         raise CheckpointError(f"{path} is not a directory: pass the checkpoint directory")
@@ -191,7 +191,7 @@ class CheckpointTensorSource:
             out.copy_(host)
 
     def read(self, name: str) -> torch.Tensor:
-        """A new CPU tensor holding `name`."""
+        """Return a new CPU tensor holding `name`."""
         e = self.entry(name)
         out = torch.empty(e.shape, dtype=e.dtype)
         _read_bytes_into(e, out)
@@ -209,8 +209,9 @@ def _set_tensor(model: nn.Module, key: str, value: torch.Tensor) -> None:
 
 
 def _optional_buffers(model: AlpamayoR1) -> set[str]:
-    """Persistent non-learned buffers that a checkpoint may omit (rebuilt from config)."""
-    return {k for k, _ in model.named_buffers() if k.startswith(("action_in_proj.", "action_space."))}
+    """Return the persistent non-learned buffers a checkpoint may omit (rebuilt from config)."""
+    prefixes = ("action_in_proj.", "action_space.")
+    return {k for k, _ in model.named_buffers() if k.startswith(prefixes)}
 
 
 def check_keys(model: AlpamayoR1, source: CheckpointTensorSource) -> set[str]:
@@ -335,11 +336,11 @@ def save_checkpoint(model: AlpamayoR1, path: str | Path, max_shard_bytes: int = 
     else:
         names = [f"model-{i + 1:05d}-of-{len(groups):05d}.safetensors" for i in range(len(groups))]
     total = 0
-    for name, keys in zip(names, groups):
+    for name, keys in zip(names, groups, strict=True):
         total += write_safetensors(path / name, ((k, tensors[k]) for k in keys))
         logger.info("wrote %s (%d tensors)", name, len(keys))
     if len(groups) > 1:
-        weight_map = {k: name for name, keys in zip(names, groups) for k in keys}
+        weight_map = {k: name for name, keys in zip(names, groups, strict=True) for k in keys}
         (path / INDEX_NAME).write_text(json.dumps(
             {"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2))
     elif (path / INDEX_NAME).exists():

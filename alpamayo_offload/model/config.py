@@ -80,12 +80,12 @@ class VisionConfig:
                               f"{self.num_position_embeddings} must be a perfect square")
         if any(not 0 <= i < self.depth for i in self.deepstack_visual_indexes):
             raise ConfigError(f"VisionConfig.deepstack_visual_indexes = "
-                              f"{self.deepstack_visual_indexes} must lie in [0, depth={self.depth})")
+                              f"{self.deepstack_visual_indexes} must lie in [0, {self.depth})")
 
 
 @dataclass(frozen=True)
 class ExpertConfig:
-    """The free fields of the expert; layers, KV heads and RoPE are inherited from the text model."""
+    """Free fields of the expert; layers, KV heads and RoPE come from the text model."""
 
     hidden_size: int = 2048
     intermediate_size: int = 8256
@@ -181,10 +181,10 @@ class AlpamayoConfig:
     def __post_init__(self) -> None:
         if self.expert.head_dim != self.text.head_dim:
             raise ConfigError(f"ExpertConfig.head_dim = {self.expert.head_dim} must equal the "
-                              f"VLM's head_dim = {self.text.head_dim} (the expert shares its KV cache)")
+                              f"VLM's head_dim = {self.text.head_dim} (shared KV cache)")
         if self.expert.num_heads % self.text.num_kv_heads:
-            raise ConfigError(f"ExpertConfig.num_heads = {self.expert.num_heads} must be a multiple "
-                              f"of the inherited num_kv_heads = {self.text.num_kv_heads}")
+            raise ConfigError(f"ExpertConfig.num_heads = {self.expert.num_heads} must be a "
+                              f"multiple of the inherited num_kv_heads = {self.text.num_kv_heads}")
         if self.vision.out_hidden_size != self.text.hidden_size:
             raise ConfigError(f"VisionConfig.out_hidden_size = {self.vision.out_hidden_size} must "
                               f"equal TextConfig.hidden_size = {self.text.hidden_size}")
@@ -199,7 +199,7 @@ class AlpamayoConfig:
 
     # ---- transformers configs -------------------------------------------------------------
     def to_qwen3vl_config(self) -> Qwen3VLConfig:
-        """The `Qwen3VLConfig` of the VLM, every field explicit (transformers defaults differ)."""
+        """Return the VLM `Qwen3VLConfig`, every field explicit (transformers defaults differ)."""
         cfg = Qwen3VLConfig(
             text_config=self._text_dict(), vision_config=self._vision_dict(),
             image_token_id=IMAGE_PAD_ID, video_token_id=VIDEO_PAD_ID,
@@ -212,9 +212,10 @@ class AlpamayoConfig:
         return cfg
 
     def expert_text_config(self) -> Qwen3VLTextConfig:
-        """The expert's config: the VLM text config with the `expert_cfg` fields overridden."""
+        """Return the expert config: the VLM text config with `expert_cfg` overrides."""
         d = self._text_dict()
-        d.update(hidden_size=self.expert.hidden_size, intermediate_size=self.expert.intermediate_size,
+        d.update(hidden_size=self.expert.hidden_size,
+                 intermediate_size=self.expert.intermediate_size,
                  num_attention_heads=self.expert.num_heads, head_dim=self.expert.head_dim)
         cfg = Qwen3VLTextConfig(**d)
         cfg._attn_implementation = "sdpa"
@@ -420,12 +421,12 @@ def _parse_vlm_dict(vlm: dict[str, Any]) -> tuple[TextConfig, VisionConfig]:
 
 # ---- presets ------------------------------------------------------------------------------
 def full_config() -> AlpamayoConfig:
-    """The released Alpamayo-R1-10B shape (11,078,526,194 parameters)."""
+    """Return the released Alpamayo-R1-10B shape (11,078,526,194 parameters)."""
     return AlpamayoConfig()
 
 
 def tiny_config() -> AlpamayoConfig:
-    """Same structure, tiny widths (the official-tiny fixture's shape): CPU inference < 1 s."""
+    """Return the release structure at the official-tiny fixture's widths (CPU, < 1 s)."""
     return AlpamayoConfig(
         text=TextConfig(hidden_size=32, intermediate_size=64, num_layers=3, num_heads=8,
                         num_kv_heads=2, head_dim=16, mrope_section=(4, 2, 2)),
@@ -441,7 +442,7 @@ def tiny_config() -> AlpamayoConfig:
 
 def scaled_config(num_layers: int, vision_depth: int | None = None,
                   base: AlpamayoConfig | None = None) -> AlpamayoConfig:
-    """`base` (default: full) with `num_layers` LM and expert layers and `vision_depth` ViT blocks.
+    """Scale `base` (default full) to `num_layers` LM/expert layers and `vision_depth` ViT blocks.
 
     Widths stay as in `base`, so per-layer bytes and timings are those of the release; DeepStack
     indexes that no longer fit are dropped evenly. Any other scale: `dataclasses.replace`.
@@ -455,8 +456,8 @@ def scaled_config(num_layers: int, vision_depth: int | None = None,
     return dataclasses.replace(
         base, text=dataclasses.replace(base.text, num_layers=num_layers),
         vision=dataclasses.replace(base.vision, depth=depth, deepstack_visual_indexes=stack),
-        vlm_name_or_path="scaled" if num_layers != base.text.num_layers or depth != base.vision.depth
-        else base.vlm_name_or_path,
+        vlm_name_or_path=base.vlm_name_or_path
+        if (num_layers, depth) == (base.text.num_layers, base.vision.depth) else "scaled",
     )
 
 
@@ -503,7 +504,7 @@ TRAJ_HISTORY_ID = SPECIAL_IDS["traj_history"]         # 155684: the 48 history p
 
 
 def traj_token_ids() -> dict[str, int]:
-    """The `traj_token_ids` block of config.json."""
+    """Return the `traj_token_ids` block of config.json."""
     return {"future": SPECIAL_IDS["traj_future"], "future_end": SPECIAL_IDS["traj_future_end"],
             "future_start": TRAJ_FUTURE_START_ID, "history": TRAJ_HISTORY_ID,
             "history_end": TRAJ_HISTORY_END_ID, "history_start": TRAJ_HISTORY_START_ID}

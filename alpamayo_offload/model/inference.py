@@ -288,13 +288,17 @@ def run_inference(model: AlpamayoR1, inputs: ModelInputs, device: torch.device |
             text = [decoder.decode(ids) for ids in coc]
         except ModelInputError:
             text = None
-    return InferenceResult(xyz=xyz.float().cpu(), rot=rot.float().cpu(), new_token_ids=new_ids.cpu(),
-                           coc_token_ids=coc, coc_text=text, decode_steps=step, extras=extras)
+    return InferenceResult(xyz=xyz.float().cpu(), rot=rot.float().cpu(),
+                           new_token_ids=new_ids.cpu(), coc_token_ids=coc, coc_text=text,
+                           decode_steps=step, extras=extras)
 
 
 def _rows_done(tokens: list[torch.Tensor], eos: torch.Tensor | None, latest: bool) -> bool:
-    """Every row ended: emitted <|im_end|>, or emitted <|traj_future_start|> before the latest
-    token (`latest=False`: stop now) / at all (`latest=True`: the next pass is the last)."""
+    """Tell whether every row has ended.
+
+    A row ends with <|im_end|>, or with <|traj_future_start|> before the latest token
+    (`latest=False`: stop now) / anywhere (`latest=True`: the next pass is the last).
+    """
     seen = torch.cat(tokens if latest else tokens[:-1], dim=1) if (latest or len(tokens) > 1) \
         else tokens[0][:, :0]
     done = (seen == TRAJ_FUTURE_START_ID).any(dim=1)

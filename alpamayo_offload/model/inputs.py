@@ -38,7 +38,7 @@ class ModelInputs:
 
 
 def make_image_processor(cfg: AlpamayoConfig) -> Qwen2VLImageProcessorPil:
-    """The PIL Qwen2-VL image processor with the release settings, built offline."""
+    """Build the PIL Qwen2-VL image processor with the release settings, built offline."""
     v, tk = cfg.vision, cfg.tokens
     return Qwen2VLImageProcessorPil(
         patch_size=v.patch_size, temporal_patch_size=v.temporal_patch_size,
@@ -94,7 +94,7 @@ def inputs_from_processed(pixel_values: torch.Tensor, image_grid_thw: torch.Tens
                           hist_xyz: torch.Tensor, hist_rot: torch.Tensor, cfg: AlpamayoConfig,
                           encoder: TextEncoder,
                           prompt_ids: torch.Tensor | None = None) -> ModelInputs:
-    """Processed pixels + t0-frame history (1, 16, 3) -> `ModelInputs` (prompt built if None)."""
+    """Build `ModelInputs` from processed pixels + t0-frame history (1, 16, 3)."""
     merge = cfg.vision.spatial_merge_size ** 2
     counts: Sequence[int] = (image_grid_thw.prod(-1) // merge).tolist()
     if prompt_ids is None:

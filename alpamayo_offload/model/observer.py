@@ -15,10 +15,10 @@ class PhaseObserver(Protocol):
     """Receives the boundaries of every forward pass of one inference."""
 
     def phase_start(self, phase: str, index: int, is_last: bool) -> None:
-        """Called before pass `index` of `phase`; `is_last` says no further pass of it follows."""
+        """Handle the start of pass `index` of `phase`; `is_last`: no further pass follows."""
 
     def phase_end(self, phase: str, index: int) -> None:
-        """Called after pass `index` of `phase` has been issued."""
+        """Handle the end of pass `index` of `phase` has been issued."""
 
 
 class NullObserver:

@@ -149,13 +149,13 @@ def fuse_history(input_ids: torch.Tensor, hist_ids: torch.Tensor) -> torch.Tenso
     mask = input_ids == TRAJ_HISTORY_ID
     counts = mask.sum(dim=1)
     if bool((counts != hist_ids.shape[-1]).any()):
-        raise ModelInputError(f"prompt has {counts.tolist()} <|traj_history|> placeholders per row; "
-                              f"the history has {hist_ids.shape[-1]} tokens")
+        raise ModelInputError(f"prompt has {counts.tolist()} <|traj_history|> placeholders "
+                              f"per row; the history has {hist_ids.shape[-1]} tokens")
     return input_ids.masked_scatter(mask, hist_ids.to(input_ids.device, input_ids.dtype))
 
 
 def chain_of_causation_ids(new_ids: Sequence[int]) -> list[int]:
-    """Generated ids before <|cot_end|> / <|traj_future_start|> (the reasoning text)."""
+    """Return the generated ids before <|cot_end|> / <|traj_future_start|> (the reasoning text)."""
     out: list[int] = []
     for i in new_ids:
         if i in (COT_END_ID, TRAJ_FUTURE_START_ID):

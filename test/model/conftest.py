@@ -9,7 +9,8 @@ from safetensors.torch import load_file
 
 from alpamayo_offload.model import AlpamayoR1, build_random, load_checkpoint, tiny_config
 
-FIXTURE = Path(__file__).resolve().parents[2] / '..' / 'shared' / 'fixtures' / 'alpamayo-official-tiny'
+FIXTURE = (Path(__file__).resolve().parents[2] / '..' / 'shared' / 'fixtures'
+           / 'alpamayo-official-tiny')
 
 
 def fixture_dir() -> Path:

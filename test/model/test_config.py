@@ -35,7 +35,8 @@ def test_layer_sequences_and_non_layer_modules_cover_every_tensor() -> None:
     m = build_meta(tiny_config())
     seqs = m.layer_sequences()
     assert [len(seqs[k]) for k in ('vit', 'lm', 'expert')] == [4, 3, 3]
-    seen = {id(t) for mods in seqs.values() for mod in mods for t in mod.state_dict(keep_vars=True).values()}
+    seen = {id(t) for mods in seqs.values() for mod in mods
+            for t in mod.state_dict(keep_vars=True).values()}
     for mod in m.non_layer_modules().values():
         ids = {id(t) for t in mod.state_dict(keep_vars=True).values()}
         assert not ids & seen

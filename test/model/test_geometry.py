@@ -38,7 +38,8 @@ def _history(speed: float, yaw_rate: float = 0.0) -> tuple[torch.Tensor, torch.T
         xyz = torch.stack([speed * t, 0 * t, 0 * t], -1)
     else:
         r = speed / yaw_rate
-        xyz = torch.stack([r * torch.sin(yaw_rate * t), r * (1 - torch.cos(yaw_rate * t)), 0 * t], -1)
+        yaw = yaw_rate * t
+        xyz = torch.stack([r * torch.sin(yaw), r * (1 - torch.cos(yaw)), 0 * t], -1)
     return xyz.float(), yaw_to_rot((yaw_rate * t).float())
 
 

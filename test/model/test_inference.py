@@ -61,7 +61,8 @@ def test_tiny_inference_deterministic_finite_and_fast(tiny_model) -> None:
     starts = [e for e in obs.events if e[0] == 'start']
     assert starts[0] == ('start', 'vision', 0, True) and starts[1] == ('start', 'prefill', 0, True)
     decode = [e for e in starts if e[1] == 'decode']
-    assert [e[2] for e in decode] == list(range(21)) and [e[3] for e in decode] == [False] * 20 + [True]
+    assert [e[2] for e in decode] == list(range(21))
+    assert [e[3] for e in decode] == [False] * 20 + [True]
     diff = [e for e in starts if e[1] == 'diffusion']
     assert [e[2] for e in diff] == list(range(10)) and [e[3] for e in diff] == [False] * 9 + [True]
     assert len(obs.events) == 2 * len(starts)
