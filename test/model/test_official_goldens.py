@@ -121,8 +121,8 @@ CHAIN_XFAIL = pytest.mark.xfail(
     reason='measured sampled_action 4.1e-3 (a) / 1.4e-3 (c) > atol 1e-3: the 10-step chain '
            'amplifies '
            '~2e-7 float32 kernel differences of transformers 5.17 vs 4.57 in the expert '
-           '(present even on the injected golden KV cache) through the 100 Hz Fourier features; every '
-           'teacher-forced step matches (test below)')
+           '(present even on the injected golden KV cache) through the 100 Hz Fourier '
+           'features; every teacher-forced step matches (test below)')
 
 
 @pytest.mark.parametrize('case', [pytest.param('a', marks=CHAIN_XFAIL), 'b',
