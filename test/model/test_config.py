@@ -54,3 +54,28 @@ def test_presets_and_constraints() -> None:
         dataclasses.replace(cfg, expert=dataclasses.replace(cfg.expert, head_dim=8))
     with pytest.raises(ConfigError, match='mrope_section'):
         dataclasses.replace(cfg.text, mrope_section=(4, 4, 4))
+
+
+def test_release_config_without_vlm_config_is_the_full_shape() -> None:
+    from alpamayo_offload.model import AlpamayoConfig
+
+    cfg = full_config()
+    assert AlpamayoConfig.from_release_dicts(cfg.to_release_dict(), None) == cfg
+    unknown = dict(cfg.to_release_dict(), vlm_name_or_path='someone/other-vlm')
+    with pytest.raises(ConfigError, match='vlm_config.json'):
+        AlpamayoConfig.from_release_dicts(unknown, None)
+
+
+def test_random_init_is_deterministic_from_seed() -> None:
+    import torch
+
+    from alpamayo_offload.model import build_random
+
+    a, b = build_random(tiny_config(), seed=5), build_random(tiny_config(), seed=5)
+    c = build_random(tiny_config(), seed=6)
+    sa, sb, sc = a.state_dict(), b.state_dict(), c.state_dict()
+    assert all(torch.equal(sa[k], sb[k]) for k in sa)
+    assert not torch.equal(sa['vlm.lm_head.weight'], sc['vlm.lm_head.weight'])
+    assert not any(t.is_meta for t in sa.values())
+    assert torch.equal(a.vlm.model.language_model.rotary_emb.inv_freq,
+                       type(a.vlm.model.language_model.rotary_emb)(a.vlm.config.text_config).inv_freq)

@@ -127,3 +127,27 @@ def test_cuda_bf16_with_embed_tokens_on_host() -> None:
     r = run_inference(model, inputs, 'cuda', DecodeOptions(fixed_decode_tokens=5))
     assert torch.isfinite(r.xyz).all() and r.decode_steps == 5
     assert lm.embed_tokens.weight.device.type == 'cpu'
+
+
+def test_bf16_autocast_path_on_cpu() -> None:
+    from alpamayo_offload.model import build_random
+
+    model = build_random(tiny_config(), seed=0, dtype=torch.bfloat16)
+    inputs = prepare_inputs(*_raw_inputs(), model.cfg, SyntheticTextIds())
+    r = run_inference(model, inputs, 'cpu', DecodeOptions(fixed_decode_tokens=3))
+    assert torch.isfinite(r.xyz).all() and r.xyz.dtype == torch.float32
+    assert model.action_space.accel_mean.dtype == torch.float32
+
+
+def test_bad_inputs_are_refused(tiny_model) -> None:
+    from alpamayo_offload.model import ModelInputError
+
+    images, xyz, rot = _raw_inputs()
+    with pytest.raises(ModelInputError, match='uint8'):
+        prepare_inputs(images.astype(np.float32), xyz, rot, tiny_model.cfg, SyntheticTextIds())
+    with pytest.raises(ModelInputError, match='16'):
+        prepare_inputs(images, xyz[:10], rot[:10], tiny_model.cfg, SyntheticTextIds())
+    bad = xyz.copy()
+    bad[3, 0] = np.nan
+    with pytest.raises(ModelInputError, match='NaN'):
+        prepare_inputs(images, bad, rot, tiny_model.cfg, SyntheticTextIds())
