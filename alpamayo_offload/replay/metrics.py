@@ -105,7 +105,7 @@ def summarize(values: Iterable[float]) -> dict[str, float | int | None]:
 
 def aggregate(per_sample: Iterable[Mapping[str, float]]
               ) -> dict[str, dict[str, float | int | None]]:
-    """Summaries for every key seen in any sample, keys sorted so the output is stable."""
+    """Summaries for every key seen in any sample, in first-seen order (stable: rows are)."""
     rows = list(per_sample)
-    keys = sorted({k for row in rows for k in row})
+    keys = list(dict.fromkeys(k for row in rows for k in row))
     return {k: summarize(row[k] for row in rows if k in row) for k in keys}
