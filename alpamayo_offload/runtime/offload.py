@@ -150,7 +150,8 @@ class OffloadRuntime:
                         )
                 for t in tensors:
                     self._check_device(where, t)
-                infos.append(_LayerInfo(seq.name, index, module, index in resident,
+                # A layer without tensors has nothing to stream: it counts as resident.
+                infos.append(_LayerInfo(seq.name, index, module, index in resident or not tensors,
                                         tuple(seq.qualified_name(index, t.name) for t in tensors)))
         return tuple(infos)
 

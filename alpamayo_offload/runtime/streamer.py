@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from .errors import StateError
 from .layout import TENSOR_ALIGN, align_up
 from .schedule import choose_slot
 from .timing import Clock
@@ -86,7 +87,10 @@ class SlotStreamer:
         ``dsts[s]`` is the layer-sized view of slot ``s``.
         """
         if self._in_use is not None:
-            self.release()
+            raise StateError(
+                f'streamed layer {layer_id} started while the layer in slot {self._in_use} is '
+                'still running: streamed layers must not call each other (nesting is unsupported)'
+            )
         slot = self.holds(layer_id)
         if slot is None:
             slot = choose_slot(self.n_slots, None, self._issued_at)

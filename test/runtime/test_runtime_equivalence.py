@@ -20,6 +20,7 @@ def _plans() -> dict[str, dict[str, tuple[int, ...]]]:
         'even': each(lambda i, n: i % 2 == 0),
         'lm-only-alternate': {'lm': (0, 2, 4)},
         'one-streamed-each': each(lambda i, n: i != 1),
+        'lm-all-resident': {'lm': tuple(range(LENGTHS['lm']))},
     }
 
 
@@ -114,4 +115,40 @@ def test_streamed_weights_live_in_slots_between_calls() -> None:
     assert all(in_slot(p) for p in model.lm[0].parameters())
     assert not any(in_slot(p) for p in model.lm[1].parameters())
     assert all(p.data_ptr() % 256 == 0 for p in model.lm[0].parameters())
+    rt.detach()
+
+
+def test_prime_copies_ahead_of_the_first_call() -> None:
+    model = build_model()
+    rt = OffloadRuntime(model.sequences(), mode=Mode.PIPELINED, device='cpu', instrument=True)
+    rt.attach()
+    rt.prime('vit')
+    run(model, rt, SCENARIOS['two-inferences'][:1])
+    stats = rt.stats()
+    assert stats.copies == len(model.vit) + 1 and stats.wasted_copies == 0
+    rt.detach()
+
+
+class _Caller(torch.nn.Module):
+    """A layer whose forward runs another streamed layer (held outside its module tree)."""
+
+    def __init__(self, callee: torch.nn.Module) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(4, 4)
+        self._callee = [callee]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self._callee[0](self.proj(x))
+
+
+def test_nested_streamed_layers_are_refused() -> None:
+    from alpamayo_offload.runtime import LayerSequence, StateError
+
+    callee = torch.nn.Linear(4, 4)
+    caller = _Caller(callee)
+    seqs = [LayerSequence('a', [caller]), LayerSequence('b', [callee, torch.nn.Identity()])]
+    rt = OffloadRuntime(seqs, mode=Mode.PIPELINED, device='cpu')
+    rt.attach()
+    with pytest.raises(StateError, match='must not call each other'):
+        caller(torch.ones(1, 4))
     rt.detach()
