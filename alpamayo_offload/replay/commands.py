@@ -36,6 +36,10 @@ def register(subparsers: Any) -> None:
     p.add_argument('--result-storage', choices=('mcap', 'sqlite3'), default='mcap')
     p.add_argument('--model', default=None, help='override the `model` parameter')
     p.add_argument('--device', default=None, help='override the `device` parameter')
+    p.add_argument('--num-samples', type=int, default=None, metavar='K',
+                   help='trajectory samples per inference (min-over-samples metrics)')
+    p.add_argument('--sample', action='store_true',
+                   help='sample the reasoning (temperature 0.6, top-p 0.98) instead of greedy')
     p.add_argument('--bev-plots', type=int, default=4, help='bird\'s-eye plots of N samples')
     p.add_argument('--no-progress', action='store_true', help='no progress bar on stderr')
     p.set_defaults(func=run)
@@ -48,17 +52,25 @@ def run(args: argparse.Namespace) -> int:
     from alpamayo_offload.replay.session import ResultBagOptions, prepare, replay_session
 
     overrides = {k: v for k, v in (('model', args.model), ('device', args.device)) if v}
+    engine_overrides: dict[str, Any] = {'sample': True} if args.sample else {}
+    if args.num_samples is not None:
+        engine_overrides['num_samples'] = args.num_samples
     files = list(args.params or [DEFAULT_PARAMS]) + ([args.plan] if args.plan else [])
     try:
         cfg = load_replay_config(files, remaps=parse_remaps(args.remap), node_name=args.node_name,
-                                 rate_hz=args.rate, overrides=overrides)
+                                 rate_hz=args.rate, overrides=overrides,
+                                 engine_overrides=engine_overrides)
         bags = prepare(args.bags, cfg)
     except ReplayError as err:
         _LOG.error('%s', err)
         return 2
     from alpamayo_offload.engine import Engine, EngineConfig, EngineError
 
-    engine = Engine.from_config(EngineConfig(**cfg.engine))
+    try:
+        engine = Engine.from_config(EngineConfig(**cfg.engine))
+    except (ValueError, EngineError) as err:
+        _LOG.error('cannot build the engine: %s', err)
+        return 2
     try:
         result = replay_session(
             bags, cfg, engine.infer, args.out, model_info=engine.info, resume=args.resume,

@@ -40,7 +40,8 @@ _NS = 1_000_000_000
 
 Planner = Callable[[ModelInput], Any]
 """Anything mapping a ModelInput to a result with `xyz` ((K,) 64, 3), `rot` ((K,) 64, 3, 3) in the
-t0 ego frame and `timings` (stage -> seconds); `Engine.infer` is the real one."""
+t0 ego frame (or every sample as `samples_xyz`/`samples_rot`) and `timings` (stage -> seconds);
+`Engine.infer` is the real one."""
 
 
 @dataclass(frozen=True)
@@ -168,8 +169,9 @@ def evaluate_tick(bag: PreparedBag, tick: int, cameras: dict[int, list[Any]],
     except planner_errors as err:
         return _rejected(bag.key, tick, f'planner_{type(err).__name__}', str(err), t0)
     t_planned = time.perf_counter()
-    xyz = _as_stack(result.xyz, 2)
-    yaw = yaw_from_rot(_as_stack(result.rot, 3))
+    # Every trajectory sample when the planner gives them (min-over-samples metrics), else one.
+    xyz = _as_stack(getattr(result, 'samples_xyz', result.xyz), 2)
+    yaw = yaw_from_rot(_as_stack(getattr(result, 'samples_rot', result.rot), 3))
     metrics = sample_metrics(xyz, yaw, gt.xyz, gt.yaw)
     latency = {'assembly': t_assembled - t_start, 'image_decode': model_input.decode_s,
                **{k: float(v) for k, v in dict(getattr(result, 'timings', {})).items()},

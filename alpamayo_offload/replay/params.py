@@ -75,11 +75,13 @@ def parse_remaps(rules: Sequence[str]) -> dict[str, str]:
 
 def load_replay_config(param_files: Sequence[Path], *, remaps: Mapping[str, str] | None = None,
                        node_name: str = DEFAULT_NODE_NAME, rate_hz: float | None = None,
-                       overrides: Mapping[str, Any] | None = None) -> ReplayConfig:
+                       overrides: Mapping[str, Any] | None = None,
+                       engine_overrides: Mapping[str, Any] | None = None) -> ReplayConfig:
     """Merge the files over the node's declared defaults and map them as the node does.
 
     `rate_hz` defaults to the node's timer rate (1 / inference.period_s); `overrides` are
-    parameter values that win over the files (e.g. `device` from the command line).
+    parameter values that win over the files (e.g. `device` from the command line);
+    `engine_overrides` set EngineConfig fields the node has no parameter for (`num_samples`).
     """
     values: dict[str, Any] = {k: (d if not hasattr(d, 'name') else None)  # typed, no default
                               for k, (d, _) in PARAMETERS.items()}
@@ -102,15 +104,18 @@ def load_replay_config(param_files: Sequence[Path], *, remaps: Mapping[str, str]
         node = config_from_values(values)
         cameras = tuple(CameraTopic(c.slot, resolve_topic(c.topic, node_name, remaps or {}),
                                     c.compressed) for c in node.cameras)
+        engine = dict(node.engine)
+        if values.get('embed_on_host') is not None:  # planner output the engine understands
+            engine['embed_on_host'] = bool(values['embed_on_host'])
+        engine.update(engine_overrides or {})
         return ReplayConfig(
             cameras=cameras,
             odometry_topic=resolve_topic(node.odometry_topic, node_name, remaps or {}),
-            assembly=node.assembly, engine=dict(node.engine),
+            assembly=node.assembly, engine=engine,
             output_frame_id=node.output_frame_id, camera_depth=node.camera_depth,
             odometry_depth=node.odometry_depth,
             rate_hz=rate_hz if rate_hz is not None else 1.0 / node.period_s,
-            plan_info={**node.plan_info, **({'embed_on_host': values['embed_on_host']}
-                                            if 'embed_on_host' in values else {})})
+            plan_info=dict(node.plan_info))
     except (ValueError, PlanningError) as err:  # ParameterError is a ValueError too
         raise ReplayConfigError(f'{err} (parameter files: {[str(p) for p in param_files]})'
                                 ) from err
