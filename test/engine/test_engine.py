@@ -1,0 +1,130 @@
+"""The engine: every offload mode and plan gives the preload result bit for bit (tiny, CPU)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from alpamayo_offload.engine import (
+    Engine,
+    EngineConfig,
+    EngineError,
+    EngineInputError,
+    example_input,
+)
+
+FIXTURE = Path(__file__).resolve().parents[2] / '..' / 'shared' / 'fixtures' / 'alpamayo-official-tiny'
+SMALL = dict(model='tiny', fixed_decode_tokens=4, diffusion_steps=3)
+
+
+@pytest.fixture(scope='module')
+def inputs():
+    return example_input(108, 192)
+
+
+@pytest.fixture(scope='module')
+def reference(inputs):
+    engine = Engine.from_config(EngineConfig(mode='preload', **SMALL))
+    try:
+        return engine.infer(inputs)
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize(('mode', 'resident'), [
+    ('sequential', {}),
+    ('pipelined', {}),
+    ('pipelined', {'lm': (0, 2), 'vit': (1,), 'expert': (1,)}),
+    ('pipelined', {'lm': (0, 1, 2), 'vit': (0, 1, 2, 3), 'expert': (0, 1, 2)}),
+    ('sequential', {'lm': (1,)}),
+])
+def test_offload_modes_match_preload_bit_for_bit(inputs, reference, mode, resident) -> None:
+    engine = Engine.from_config(EngineConfig(mode=mode, resident=resident, instrument=True, **SMALL))
+    try:
+        first = engine.infer(inputs)
+        second = engine.infer(inputs)   # a second inference starts from the primed pipeline
+    finally:
+        engine.close()
+    for got in (first, second):
+        assert np.array_equal(got.samples_xyz, reference.samples_xyz)
+        assert np.array_equal(got.samples_rot, reference.samples_rot)
+        assert got.coc_token_ids == reference.coc_token_ids
+        assert got.decode_tokens == 4
+    assert set(first.timings) == {'preprocess', 'vision', 'prefill', 'decode', 'diffusion',
+                                  'postprocess', 'total'}
+    assert first.streaming['bytes_streamed'] > 0 or resident.get('lm') == (0, 1, 2)
+
+
+def test_replan_and_embedding_on_host_keep_the_result(inputs, reference) -> None:
+    engine = Engine.from_config(EngineConfig(mode='pipelined', **SMALL))
+    try:
+        engine.replan(resident={'lm': (1,)}, mode='pipelined', embed_on_host=True)
+        assert engine.model.vlm.model.language_model.embed_tokens.weight.device.type == 'cpu'
+        got = engine.infer(inputs)
+        assert engine.info['embed_on_host'] is True
+        assert engine.info['resident_layers']['lm'] == [1]
+    finally:
+        engine.close()
+    assert np.array_equal(got.samples_xyz, reference.samples_xyz)
+
+
+def test_streamed_bytes_count_every_pass(inputs) -> None:
+    engine = Engine.from_config(EngineConfig(mode='pipelined', **SMALL))
+    try:
+        got = engine.infer(inputs)
+        sizes = engine._layer_bytes
+    finally:
+        engine.close()
+    expected = sum(sizes['vit']) + 5 * sum(sizes['lm']) + 3 * sum(sizes['expert'])
+    assert got.streaming['bytes_streamed'] == expected
+
+
+def test_budget_that_cannot_fit_is_refused_with_numbers() -> None:
+    with pytest.raises(EngineError, match=r'does not fit: needs .* GiB'):
+        Engine.from_config(EngineConfig(mode='pipelined', budget_bytes=1024, **SMALL))
+
+
+def test_unknown_model_is_refused() -> None:
+    with pytest.raises(EngineError, match="neither a checkpoint directory nor a preset"):
+        Engine.from_config(EngineConfig(model='no-such-model'))
+
+
+def test_bad_config_values_are_refused() -> None:
+    with pytest.raises(ValueError, match='mode'):
+        EngineConfig(mode='fast')
+    with pytest.raises(ValueError, match='resident names'):
+        EngineConfig(resident={'decoder': (0,)})
+    with pytest.raises(ValueError, match='budget_bytes'):
+        EngineConfig(budget_bytes=0)
+
+
+def test_malformed_input_is_an_input_error(inputs) -> None:
+    engine = Engine.from_config(EngineConfig(mode='pipelined', **SMALL))
+    try:
+        bad = example_input(108, 192)
+        object.__setattr__(bad, 'ego_history_xyz', np.full((16, 3), np.nan))
+        with pytest.raises(EngineInputError, match='NaN'):
+            engine.infer(bad)
+        assert engine.infer(inputs).xyz.shape == (64, 3)   # still usable afterwards
+    finally:
+        engine.close()
+
+
+@pytest.mark.skipif(not FIXTURE.is_dir(), reason=f'fixture not found at {FIXTURE}')
+def test_checkpoint_streams_layers_from_safetensors_like_a_full_load(inputs) -> None:
+    """Layers stay on meta and are read straight into place; same result as all-resident."""
+    streamed = Engine.from_config(EngineConfig(model=str(FIXTURE), mode='pipelined',
+                                               fixed_decode_tokens=3, diffusion_steps=2))
+    preloaded = Engine.from_config(EngineConfig(model=str(FIXTURE), mode='preload',
+                                                fixed_decode_tokens=3, diffusion_steps=2))
+    try:
+        a, b = streamed.infer(inputs), preloaded.infer(inputs)
+        lm0 = streamed.model.vlm.model.language_model.layers[0].mlp.up_proj.weight
+        assert lm0.dtype == torch.bfloat16   # as stored, nothing cast
+    finally:
+        streamed.close()
+        preloaded.close()
+    assert np.array_equal(a.samples_xyz, b.samples_xyz)
+    assert a.coc_token_ids == b.coc_token_ids
