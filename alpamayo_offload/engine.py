@@ -112,7 +112,8 @@ class EngineConfig:
             raise ValueError(f"EngineConfig.mode = {self.mode!r}: must be one of "
                              f"{[m.value for m in Mode]}")
         if self.budget_bytes is not None and self.budget_bytes <= 0:
-            raise ValueError(f'EngineConfig.budget_bytes = {self.budget_bytes}: must be > 0 or None')
+            raise ValueError(f'EngineConfig.budget_bytes = {self.budget_bytes}: '
+                             'must be > 0 or None')
         unknown = set(self.resident) - set(SEQUENCE_PREFIXES)
         if unknown:
             raise ValueError(f'EngineConfig.resident names {sorted(unknown)}; sequences are '
@@ -128,7 +129,7 @@ class EngineConfig:
                            {k: tuple(int(i) for i in v) for k, v in self.resident.items()})
 
     def decode_options(self) -> DecodeOptions:
-        """The model's decoding options from this config."""
+        """Return the model's decoding options from this config."""
         return DecodeOptions(max_decode_tokens=self.max_decode_tokens,
                              fixed_decode_tokens=self.fixed_decode_tokens, sample=self.sample,
                              seed=self.seed, num_samples=self.num_samples,
@@ -359,7 +360,7 @@ class Engine:
         return out
 
     def runtime_stats(self, reset: bool = False) -> RuntimeStats:
-        """The runtime's per-layer statistics since attach or the last reset."""
+        """Return the runtime's per-layer statistics since attach or the last reset."""
         if self._runtime is None:
             raise EngineError('engine is closed')
         stats = self._runtime.stats()
@@ -368,7 +369,7 @@ class Engine:
         return stats
 
     def example_input(self, height: int = 1080, width: int = 1920) -> _ExampleInput:
-        """A fixed input: 4 cameras x 4 frames of moving gradients, a gentle left curve."""
+        """Return a fixed input: 4 cameras x 4 frames of moving gradients, a gentle curve."""
         return example_input(height, width)
 
     # ---------------------------------------------------------------- reporting
@@ -449,7 +450,7 @@ class _LayerSource:
 
 def _load_model(config: EngineConfig,
                 device: torch.device) -> tuple[AlpamayoR1, _LayerSource | None]:
-    """A preset with random weights (home in host RAM), or a checkpoint with layers on meta.
+    """Build a preset with random weights (home in host RAM), or a checkpoint, layers on meta.
 
     Checkpoint layers stay on `meta`: the runtime fills each straight into its pinned region or
     its resident GPU storage from the safetensors source, so the weights are never held twice.
@@ -546,7 +547,7 @@ class _ExampleInput:
 
 
 def example_input(height: int = 1080, width: int = 1920, n_cameras: int = 4) -> _ExampleInput:
-    """A deterministic input of the release shape: moving gradients, 8 m/s on a gentle curve."""
+    """Return a deterministic input of the release shape: moving gradients, 8 m/s on a curve."""
     yy, xx = np.mgrid[0:height, 0:width]
     images = np.empty((n_cameras, 4, height, width, 3), dtype=np.uint8)
     for c in range(n_cameras):
@@ -557,7 +558,7 @@ def example_input(height: int = 1080, width: int = 1920, n_cameras: int = 4) -> 
             images[c, f, ..., 2] = (xx + yy + 3 * shift) % 256
     times = np.arange(-15, 1) * 0.1
     yaw = 0.05 * times
-    xyz = np.stack([8.0 * np.sin(0.05 * times + 1e-9) / 0.05, 8.0 * (1 - np.cos(0.05 * times)) / 0.05,
+    xyz = np.stack([8.0 * np.sin(yaw) / 0.05, 8.0 * (1 - np.cos(yaw)) / 0.05,
                     np.zeros_like(times)], axis=-1)
     rot = np.zeros((16, 3, 3))
     rot[:, 0, 0] = np.cos(yaw)

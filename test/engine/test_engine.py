@@ -15,7 +15,8 @@ from alpamayo_offload.engine import (
     example_input,
 )
 
-FIXTURE = Path(__file__).resolve().parents[2] / '..' / 'shared' / 'fixtures' / 'alpamayo-official-tiny'
+FIXTURE = (Path(__file__).resolve().parents[2] / '..' / 'shared' / 'fixtures'
+           / 'alpamayo-official-tiny')
 SMALL = dict(model='tiny', fixed_decode_tokens=4, diffusion_steps=3)
 
 
@@ -41,7 +42,8 @@ def reference(inputs):
     ('sequential', {'lm': (1,)}),
 ])
 def test_offload_modes_match_preload_bit_for_bit(inputs, reference, mode, resident) -> None:
-    engine = Engine.from_config(EngineConfig(mode=mode, resident=resident, instrument=True, **SMALL))
+    engine = Engine.from_config(EngineConfig(mode=mode, resident=resident, instrument=True,
+                                             **SMALL))
     try:
         first = engine.infer(inputs)
         second = engine.infer(inputs)   # a second inference starts from the primed pipeline
