@@ -62,7 +62,7 @@ class RandomSource:
 
     def read_into(self, name: str, out: torch.Tensor) -> None:
         spec = self._specs[name]
-        target = out if out.device == self._device else torch.empty(
+        target = out if out.device.type == self._device.type else torch.empty(
             spec.shape, dtype=spec.dtype, device=self._device)
         if name.endswith('inv_freq'):
             hd = self._cfg.head_dim
