@@ -61,6 +61,7 @@ class RunState:
     """What the loop reports back besides the stored records."""
 
     bags: list[PreparedBag] = field(default_factory=list)
+    scored: int = 0          # samples scored by this process (the first one is the warm-up)
     interrupted: bool = False
     error: str | None = None
 
@@ -151,8 +152,13 @@ def _as_stack(arr: Any, tail: int) -> np.ndarray:
 
 def evaluate_tick(bag: PreparedBag, tick: int, cameras: dict[int, list[Any]],
                   odometry: Sequence[OdometrySample], cfg: ReplayConfig, planner: Planner,
-                  planner_errors: tuple[type[Exception], ...]) -> dict[str, Any]:
-    """One evaluation time -> one record (scored, or rejected with its reason)."""
+                  planner_errors: tuple[type[Exception], ...], warmup: bool = False
+                  ) -> dict[str, Any]:
+    """One evaluation time -> one record (scored, or rejected with its reason).
+
+    `warmup` marks the first planner call of a process (one-time costs); its latency is kept in
+    the record but left out of the latency statistics.
+    """
     t_start = time.perf_counter()
     try:
         model_input = assemble(cameras, odometry, cfg.assembly, now_ns=tick)
@@ -176,9 +182,10 @@ def evaluate_tick(bag: PreparedBag, tick: int, cameras: dict[int, list[Any]],
     latency = {'assembly': t_assembled - t_start, 'image_decode': model_input.decode_s,
                **{k: float(v) for k, v in dict(getattr(result, 'timings', {})).items()},
                'planner_call': t_planned - t_assembled}
+
     return {
         'bag': bag.key, 'tick_ns': tick, 'status': 'ok', 'reason': None, 'message': None,
-        't0_ns': t0, 'metrics': metrics, 'latency_s': latency,
+        't0_ns': t0, 'metrics': metrics, 'latency_s': latency, 'warmup': warmup,
         'pred_xyz': xyz.tolist(), 'pred_yaw': yaw.tolist(),
         'gt_xyz': gt.xyz.tolist(), 'gt_yaw': gt.yaw.tolist(),
         'coc_text': getattr(result, 'coc_text', None),
@@ -187,7 +194,8 @@ def evaluate_tick(bag: PreparedBag, tick: int, cameras: dict[int, list[Any]],
 
 
 def replay_bag(bag: PreparedBag, cfg: ReplayConfig, planner: Planner, store: SampleStore,
-               bar: tqdm, planner_errors: tuple[type[Exception], ...] = ()) -> None:
+               bar: tqdm, state: RunState, planner_errors: tuple[type[Exception], ...] = ()
+               ) -> None:
     """Stream one scanned bag through the node's buffers and store a record per evaluation time."""
     done = store.done()
     todo = [t for t in bag.ticks if (bag.key, t) not in done]
@@ -203,8 +211,9 @@ def replay_bag(bag: PreparedBag, cfg: ReplayConfig, planner: Planner, store: Sam
         while tick is not None and (stamp is None or tick < stamp):
             snapshot = {slot: buf.snapshot() for slot, buf in cams.values()}
             record = evaluate_tick(bag, tick, snapshot, odom_buf.snapshot(), cfg, planner,
-                                   planner_errors)
+                                   planner_errors, warmup=state.scored == 0)
             store.append(record)
+            state.scored += record['status'] == 'ok'
             if record['status'] != 'ok':
                 _LOG.debug('bag %r %s rejected: %s', bag.key, format_time(tick), record['message'])
             bar.update(1)
@@ -242,7 +251,7 @@ def run_replay(bags: Sequence[PreparedBag], cfg: ReplayConfig, planner: Planner,
         try:
             for bag in state.bags:
                 bar.set_description(Path(bag.info.path).name)
-                replay_bag(bag, cfg, planner, store, bar, planner_errors)
+                replay_bag(bag, cfg, planner, store, bar, state, planner_errors)
         except KeyboardInterrupt:
             state.interrupted = True
             _LOG.warning('interrupted: %d samples are stored in %s; rerun with --resume',

@@ -22,8 +22,8 @@ FILE_NAME = 'samples.jsonl'
 
 
 def _dumps(obj: Mapping[str, Any]) -> str:
-    """Canonical JSON (sorted keys, exact float repr) so equal runs write equal bytes."""
-    return json.dumps(obj, sort_keys=True, separators=(',', ':'))
+    """Compact JSON with exact float repr; key order is the (deterministic) insertion order."""
+    return json.dumps(obj, separators=(',', ':'))
 
 
 class SampleStore:

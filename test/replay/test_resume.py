@@ -19,7 +19,8 @@ def _records(out: Path) -> list[dict]:
     lines = (out / 'samples.jsonl').read_text().splitlines()[1:]
     recs = [json.loads(line) for line in lines]
     for r in recs:
-        r.pop('latency_s', None)      # measured time: the one non-deterministic field
+        r.pop('latency_s', None)      # measured time: the non-deterministic fields
+        r.pop('warmup', None)
     return recs
 
 
