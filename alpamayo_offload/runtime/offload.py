@@ -22,7 +22,7 @@ from .binding import LayerTensor, ResidentLayer, StreamedLayer, collect_tensors
 from .config import LayerSequence, Mode, ResidencyPlan
 from .errors import LayerError, PlanError, StateError
 from .layout import pack
-from .schedule import RepetitionCounter
+from .schedule import RepetitionCounter, StreamOrder, next_streamed
 from .source import TensorSource
 from .streamer import SlotStreamer, slot_allocation_bytes, synchronize
 from .timing import CallLog, CallMarks, Clock, RuntimeStats, totals
@@ -114,7 +114,8 @@ class OffloadRuntime:
         self._current: CallMarks | None = None
         self._hint: str | None = None
         self._first: dict[str, StreamedLayer] = {}
-        self._next: dict[int, StreamedLayer | None] = {}
+        self._next: dict[tuple[int, str | None], StreamedLayer | None] = {}
+        self._ends: dict[int, bool] = {}
         logger.info('offload plan (%s): %s', self.mode.value, self.vram_plan.describe())
 
     # ---------------------------------------------------------------- validation
@@ -220,16 +221,21 @@ class OffloadRuntime:
         self._link(streamed_infos)
 
     def _link(self, streamed_infos: list[_LayerInfo]) -> None:
-        """Precompute the static part of the prefetch order (next layer within a sequence)."""
-        self._first, self._next = {}, {}
-        previous: tuple[str, StreamedLayer] | None = None
-        for info, st in zip(streamed_infos, self._streamed, strict=True):
-            self._first.setdefault(info.sequence, st)
-            if previous is not None:
-                self._next[previous[1].layer_id] = st if previous[0] == info.sequence else None
-            previous = (info.sequence, st)
-        if previous is not None:
-            self._next[previous[1].layer_id] = None
+        """Tabulate :func:`next_streamed` for every streamed layer and every possible hint."""
+        by_key = {(i.sequence, i.index): st
+                  for i, st in zip(streamed_infos, self._streamed, strict=True)}
+        order = StreamOrder({s.name: tuple(i.index for i in streamed_infos
+                                           if i.sequence == s.name) for s in self.sequences})
+        self._first = {name: by_key[(name, idx[0])] for name, idx in order.streamed.items()
+                       if idx}
+        hints: list[str | None] = [None, *(s.name for s in self.sequences)]
+        self._next = {}
+        for key, st in by_key.items():
+            for hint in hints:
+                nxt = next_streamed(order, key, hint)
+                self._next[(st.layer_id, hint)] = None if nxt is None else by_key[nxt]
+        # Whether a layer ends its sequence's repetition (the only place a hint is consumed).
+        self._ends = {st.layer_id: order.next_within(*key) is None for key, st in by_key.items()}
 
     def detach(self) -> None:
         """Remove hooks and give every layer its weights back as before attach."""
@@ -247,7 +253,7 @@ class OffloadRuntime:
             for layer in self._resident:
                 layer.detach()
         self._streamed, self._resident = [], []
-        self._first, self._next = {}, {}
+        self._first, self._next, self._ends = {}, {}, {}
         self._hint, self._current, self._log = None, None, None
         self._attached = False
 
@@ -265,13 +271,11 @@ class OffloadRuntime:
         if st is not None and self._streamer is not None and self.mode is Mode.PIPELINED:
             self._streamer.prefetch(st.layer_id, st.src, st.dsts)
 
-    def _upcoming(self, st: StreamedLayer, sequence: str) -> StreamedLayer | None:
-        nxt = self._next[st.layer_id]
-        if nxt is not None:
-            return nxt
-        target = self._hint if self._hint is not None else sequence
-        self._hint = None
-        return self._first.get(target)
+    def _upcoming(self, st: StreamedLayer) -> StreamedLayer | None:
+        hint = self._hint
+        if self._ends[st.layer_id]:
+            self._hint = None
+        return self._next[(st.layer_id, hint)]
 
     # ---------------------------------------------------------------- hooks
     def _hook_streamed(self, info: _LayerInfo, st: StreamedLayer) -> None:
@@ -287,7 +291,7 @@ class OffloadRuntime:
             if self._log is not None:
                 self._begin_streamed(sequence, index, st.nbytes, streamer)
             if prefetch:
-                nxt = self._upcoming(st, sequence)
+                nxt = self._upcoming(st)
                 if nxt is not None:
                     streamer.prefetch(nxt.layer_id, nxt.src, nxt.dsts)
 
