@@ -103,9 +103,13 @@ class Rollout:
     # ---- 1. vision ---------------------------------------------------------------------------
     def vision(self, pixel_values: torch.Tensor,
                grid_thw: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """-> merged image embeddings (n_tokens, D) and the DeepStack features."""
-        out = self.model.vlm.model.visual(pixel_values.to(self.device, self.dtype),
-                                          grid_thw=grid_thw.to(self.device), return_dict=True)
+        """Encode all images -> merged image embeddings (n_tokens, D) and DeepStack features."""
+        visual = self.model.vlm.model.visual
+        indices, weights = release_pos_interpolation(
+            grid_thw, visual.num_grid_per_side, self.model.cfg.vision.spatial_merge_size)
+        out = visual(pixel_values.to(self.device, self.dtype), grid_thw=grid_thw.to(self.device),
+                     interp_indices=indices.to(self.device),
+                     interp_weights=weights.to(self.device, self.dtype), return_dict=True)
         return out.pooler_output, list(out.deepstack_features)
 
     # ---- 2. prefill --------------------------------------------------------------------------
@@ -183,6 +187,29 @@ class Rollout:
         cache.crop(-n)  # drop the action tokens' K/V again
         hidden = out.last_hidden_state[:, -n:]
         return m.action_out_proj(hidden).view(-1, n, 2), h, hidden
+
+
+def release_pos_interpolation(grid_thw: torch.Tensor, side: int,
+                              merge: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Bilinear taps/weights resampling the learned (side x side) ViT position grid per image.
+
+    Computed as transformers 4.57.1 (the release's pin) does -- `linspace` source coordinates --
+    rather than 5.x's closed form, which differs by ~1 ulp in the weights. -> (patches, 4) each,
+    patches in spatial-merge-block order, repeated over t.
+    """
+    indices, weights = [], []
+    for t, h, w in grid_thw.tolist():
+        hs, ws = torch.linspace(0, side - 1, h), torch.linspace(0, side - 1, w)
+        h0, w0 = hs.int(), ws.int()
+        h1, w1 = (h0 + 1).clip(max=side - 1), (w0 + 1).clip(max=side - 1)
+        dh, dw = (hs - h0)[:, None], (ws - w0)[None]
+        idx = torch.stack([h0[:, None] * side + w0[None], h0[:, None] * side + w1[None],
+                           h1[:, None] * side + w0[None], h1[:, None] * side + w1[None]], -1)
+        wts = torch.stack([(1 - dh) * (1 - dw), (1 - dh) * dw, dh * (1 - dw), dh * dw], -1)
+        for out, grid in ((indices, idx.long()), (weights, wts)):
+            blocks = grid.reshape(h // merge, merge, w // merge, merge, 4).permute(0, 2, 1, 3, 4)
+            out.append(blocks.reshape(-1, 4).repeat(t, 1))  # (h*w*t, 4)
+    return torch.cat(indices), torch.cat(weights)
 
 
 def _mask_traj_tokens(logits: torch.Tensor, model: AlpamayoR1) -> torch.Tensor:

@@ -116,27 +116,55 @@ def test_e2e_integer_outputs_exact(official_model, e2e, case: str) -> None:
     assert torch.equal(x['expert_attention_mask'], out[f'{case}.expert_attention_mask'])
 
 
-CHAIN_XFAIL = pytest.mark.xfail(
-    strict=False,
-    reason='measured sampled_action 4.1e-3 (a) / 1.4e-3 (c) > atol 1e-3: the 10-step chain '
-           'amplifies '
-           '~2e-7 float32 kernel differences of transformers 5.17 vs 4.57 in the expert '
-           '(present even on the injected golden KV cache) through the 100 Hz Fourier '
-           'features; every teacher-forced step matches (test below)')
+CHAIN_SCRIPT = """
+import json, sys
+import torch
+from safetensors.torch import load_file
+from alpamayo_offload.model import (DecodeOptions, SyntheticTextIds, inputs_from_processed,
+                                    load_checkpoint, run_inference)
+torch.set_num_threads(1)
+fx = sys.argv[1]
+m = load_checkpoint(fx, dtype=torch.float32)
+inp, out = load_file(fx + '/e2e_inputs.safetensors'), load_file(fx + '/e2e_outputs.safetensors')
+mi = inputs_from_processed(inp['pixel_values'], inp['image_grid_thw'], inp['ego_history_xyz'][:, 0],
+                           inp['ego_history_rot'][:, 0], m.cfg, SyntheticTextIds(),
+                           prompt_ids=inp['input_ids'])
+res = {}
+for case, (mx, n) in json.loads(sys.argv[2]).items():
+    r = run_inference(m, mi, 'cpu', DecodeOptions(max_decode_tokens=mx, num_samples=n),
+                      diffusion_noise=out[case + '.diffusion_noise'], keep_extras=True)
+    res[case] = {
+        'tokens': bool(torch.equal(r.new_token_ids, out[case + '.new_token_ids'])),
+        'action': (r.extras['sampled_action'] - out[case + '.sampled_action']).abs().max().item(),
+        'xyz': (r.xyz - out[case + '.pred_xyz'][0, 0]).abs().max().item(),
+        'rot': (r.rot - out[case + '.pred_rot'][0, 0]).abs().max().item()}
+print(json.dumps(res))
+"""
 
 
-@pytest.mark.parametrize('case', [pytest.param('a', marks=CHAIN_XFAIL), 'b',
-                                  pytest.param('c', marks=CHAIN_XFAIL)])
-def test_e2e_full_chain(official_model, e2e, case: str) -> None:
-    _, out = e2e
-    m, n = CASES[case]
-    r = run_inference(official_model, _inputs(official_model, e2e), 'cpu',
-                      DecodeOptions(max_decode_tokens=m, num_samples=n),
-                      diffusion_noise=out[f'{case}.diffusion_noise'], keep_extras=True)
-    torch.testing.assert_close(r.extras['sampled_action'], out[f'{case}.sampled_action'],
-                               rtol=0, atol=1e-3)
-    torch.testing.assert_close(r.xyz, out[f'{case}.pred_xyz'][0, 0], rtol=0, atol=1e-3)
-    torch.testing.assert_close(r.rot, out[f'{case}.pred_rot'][0, 0], rtol=0, atol=1e-5)
+def test_e2e_full_chain_reproduces_goldens(official_dir) -> None:
+    """Full rollout (cases a, b, c) with injected noise, under AVX2 kernel dispatch.
+
+    The goldens come from an AVX2 CPU. On AVX-512 the float32 GEMM/conv kernels differ by ~1 ulp
+    and the 10-step chain amplifies that through the 100 Hz Fourier features past 1e-3 (a: 4e-3).
+    With ATen and oneDNN limited to AVX2 the whole rollout reproduces them bit for bit here.
+    """
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = dict(os.environ, ATEN_CPU_CAPABILITY='avx2', ONEDNN_MAX_CPU_ISA='AVX2',
+               PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    proc = subprocess.run([sys.executable, '-c', CHAIN_SCRIPT, str(official_dir),
+                           json.dumps(CASES)], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    for case, r in res.items():
+        assert r['tokens'], case
+        assert r['action'] <= 1e-3 and r['xyz'] <= 1e-3 and r['rot'] <= 1e-5, (case, r)
 
 
 def test_e2e_case_a_intermediates_and_teacher_forced_steps(official_model, e2e) -> None:
