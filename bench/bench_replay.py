@@ -38,7 +38,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument('--plan', type=Path, default=None, help='residency plan file (merged last)')
     p.add_argument('--mem-cap-gib', type=float, default=None,
                    help='cap this process to that much GPU memory (cuda only)')
-    p.add_argument('--duration', type=float, default=10.0, help='drive length in seconds')
+    p.add_argument('--duration', type=float, default=20.0, help='drive length in seconds')
     p.add_argument('--rate', type=float, default=2.0, help='evaluation rate (Hz)')
     p.add_argument('--image-format', choices=('raw', 'jpeg', 'png'), default='raw')
     p.add_argument('--height', type=int, default=320)

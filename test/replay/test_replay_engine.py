@@ -3,6 +3,10 @@ from __future__ import annotations
 
 import json
 import math
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -45,3 +49,39 @@ def test_tiny_engine_end_to_end_is_deterministic(bag_factory, tmp_path: Path) ->
         recs.append([{k: v for k, v in json.loads(x).items() if k not in MEASURED}
                      for x in lines])
     assert recs[0] == recs[1]        # same bag, same config: bit-identical predictions
+
+
+@pytest.mark.slow
+def test_ctrl_c_keeps_samples_and_resume_finishes(bag_factory, tmp_path: Path) -> None:
+    bag, drive = bag_factory()
+    fast = tmp_path / 'fast.yaml'
+    fast.write_text('/**:\n  ros__parameters:\n    decode:\n      max_tokens: 8\n')
+    out = tmp_path / 'r'
+    remaps = [f'--remap=~/input/camera_{s}/image:={drive.topic_for(s)}'
+              for s in drive.camera_slots] + [f'--remap=~/input/odometry:={drive.odom_topic}']
+    cmd = [sys.executable, '-m', 'alpamayo_offload.cli', 'replay', str(bag), '--params',
+           str(NODE_YAML), '--params', str(fast), *remaps, '--rate', '2', '--out', str(out),
+           '--bev-plots', '0']
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    store = out / 'samples.jsonl'
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if store.exists() and len(store.read_text().splitlines()) >= 3:   # header + 2 samples
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert 'interrupted' in err and 'rerun with --resume' in err
+    kept = store.read_text().splitlines()[1:]
+    doc = json.loads((out / 'metrics.json').read_text())
+    assert doc['interrupted'] and doc['counts']['done'] == len(kept) >= 2
+    assert '%' in err                       # the tqdm progress bar went to stderr
+
+    done = subprocess.run([*cmd, '--resume', '--no-progress'], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    doc = json.loads((out / 'metrics.json').read_text())
+    assert doc['complete'] and doc['counts']['done'] == doc['counts']['evaluation_times']
+    lines = store.read_text().splitlines()[1:]
+    assert lines[:len(kept)] == kept        # finished samples were kept, not redone
