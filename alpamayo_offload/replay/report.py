@@ -106,6 +106,16 @@ def _stats_table(stats: Mapping[str, Mapping[str, Any]], unit: str) -> list[str]
     return lines
 
 
+def _plan_line(doc: Mapping[str, Any]) -> list[str]:
+    """Put the planner's predicted latency next to the measured one (when a plan was given)."""
+    predicted = doc['plan'].get('plan.predicted_latency_s')
+    total = doc['latency_ms'].get('total', {}).get('median')
+    if not predicted or total is None:
+        return []
+    return [f'Plan predicted {predicted:.3f} s per inference; measured median total '
+            f'{total / 1e3:.3f} s ({(total / 1e3 - predicted) / predicted:+.1%}).', '']
+
+
 def render_markdown(doc: Mapping[str, Any], plots: Sequence[str]) -> str:
     """`report.md`: tables for counts, accuracy, latency, rejections, configuration, machine."""
     c = doc['counts']
@@ -130,6 +140,7 @@ def render_markdown(doc: Mapping[str, Any], plots: Sequence[str]) -> str:
             '', '## Latency per stage (ms)', '',
             'First inference of each process (warm-up) excluded; `planner_call` is the whole '
             'engine call as seen by replay.', '', *_stats_table(doc['latency_ms'], 'stage'), '',
+            *_plan_line(doc),
             '## Rejected evaluation times', '']
     if c['by_reason']:
         out += ['| reason | count |', '|---|---:|']

@@ -115,3 +115,20 @@ def test_result_bag_holds_paths_stamped_at_t0(bag_factory, tmp_path: Path) -> No
         assert last.sec * 10**9 + last.nanosec == stamp + 6_400_000_000
     xs = np.array([p.pose.position.x for p in paths[0][1].poses])
     assert np.all(np.diff(xs) > 0)   # the drive goes forward
+
+
+def test_several_bags_in_one_run(bag_factory, tmp_path: Path) -> None:
+    mcap, drive = bag_factory()
+    sqlite, _ = bag_factory(storage='sqlite3')
+    cfg = replay_config(drive)
+    bags = prepare([mcap, sqlite], cfg)
+    # Same drive in both storages: one odometry serves the planted double for both bags.
+    planner = PlantedPlannerDouble(bags[0], cfg.assembly, ((0.0, 1.0, 0.0),))
+    res = replay_session(bags, cfg, planner, tmp_path / 'r', model_info={}, progress=False,
+                         result_bag=ResultBagOptions(), bev_count=0)
+    doc = res.metrics
+    assert [b['storage'] for b in doc['bags']] == ['mcap', 'sqlite3']
+    assert doc['counts']['scored'] == sum(b['scored'] for b in doc['bags'])
+    assert doc['counts']['scored'] == 2 * len(bags[0].ticks)
+    assert doc['accuracy']['min_ade']['max'] == pytest.approx(1.0)
+    assert len(list((tmp_path / 'r' / 'result_bags').iterdir())) == 2
