@@ -130,3 +130,29 @@ def test_checkpoint_streams_layers_from_safetensors_like_a_full_load(inputs) -> 
         preloaded.close()
     assert np.array_equal(a.samples_xyz, b.samples_xyz)
     assert a.coc_token_ids == b.coc_token_ids
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize(('mode', 'resident'), [
+    ('sequential', {}),
+    ('pipelined', {}),
+    ('pipelined', {'lm': (0, 2), 'vit': (1, 2), 'expert': (2,)}),
+])
+def test_cuda_offload_matches_preload_bit_for_bit(mode, resident) -> None:
+    """bf16 on the GPU with deterministic algorithms: streamed == preload, second run too."""
+    cfg = dict(model='tiny', device='cuda', fixed_decode_tokens=6, diffusion_steps=4,
+               deterministic=True)
+    inputs = example_input(216, 384)
+    ref_engine = Engine.from_config(EngineConfig(mode='preload', **cfg))
+    try:
+        ref = ref_engine.infer(inputs)
+    finally:
+        ref_engine.close()
+    engine = Engine.from_config(EngineConfig(mode=mode, resident=resident, **cfg))
+    try:
+        runs = [engine.infer(inputs) for _ in range(2)]
+    finally:
+        engine.close()
+    for got in runs:
+        assert np.array_equal(got.samples_xyz, ref.samples_xyz)
+        assert got.coc_token_ids == ref.coc_token_ids
