@@ -110,6 +110,9 @@ def _scan_stamps(reader: BagReader, cfg: ReplayConfig
     for t in topics:
         if t not in first:
             raise BagError(reader.path, 'has no messages; check that it was recorded', topic=t)
+        if first[t] == last[t] == 0:
+            raise BagError(reader.path, 'every header stamp is zero; replay times inputs by '
+                           'header stamps, so the publisher must stamp its messages', topic=t)
     return first, anomalies
 
 
@@ -182,7 +185,6 @@ def evaluate_tick(bag: PreparedBag, tick: int, cameras: dict[int, list[Any]],
     latency = {'assembly': t_assembled - t_start, 'image_decode': model_input.decode_s,
                **{k: float(v) for k, v in dict(getattr(result, 'timings', {})).items()},
                'planner_call': t_planned - t_assembled}
-
     return {
         'bag': bag.key, 'tick_ns': tick, 'status': 'ok', 'reason': None, 'message': None,
         't0_ns': t0, 'metrics': metrics, 'latency_s': latency, 'warmup': warmup,

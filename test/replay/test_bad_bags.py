@@ -150,3 +150,12 @@ def test_cli_names_the_bad_bag(bag_factory, tmp_path: Path, caplog) -> None:
     assert code == 2
     assert "topic '/nope': missing" in caplog.text
     assert not (tmp_path / 'r').exists()
+
+
+def test_unstamped_topic(bag_factory, tmp_path: Path) -> None:
+    src, drive = bag_factory()
+    bag = rewrite_bag(src, tmp_path / 'unstamped', lambda t, n, raw: (
+        n, set_cdr_stamp(raw, 0) if t == drive.odom_topic else raw))
+    with pytest.raises(BagError, match=r"topic '/localization/odometry': every header stamp is "
+                       r'zero'):
+        prepare_bag(bag, replay_config(drive))
