@@ -71,8 +71,10 @@ def main() -> None:
         remaps = {f'~/input/camera_{s}/image': drive.topic_for(s) for s in drive.camera_slots}
         remaps['~/input/odometry'] = drive.odom_topic
         files = [args.params] + ([args.plan] if args.plan else [])
-        cfg = load_replay_config(files, remaps=remaps, rate_hz=args.rate,
-                                 overrides={'model': args.model, 'device': args.device})
+        transport = 'raw' if args.image_format == 'raw' else 'compressed'
+        overrides = {'model': args.model, 'device': args.device,
+                     'cameras.transports': [transport] * len(drive.camera_slots)}
+        cfg = load_replay_config(files, remaps=remaps, rate_hz=args.rate, overrides=overrides)
         bags = prepare([bag], cfg)
         gpu = cap_gpu_memory(args.mem_cap_gib) if args.mem_cap_gib else {}
 
