@@ -85,3 +85,16 @@ def test_ctrl_c_keeps_samples_and_resume_finishes(bag_factory, tmp_path: Path) -
     assert doc['complete'] and doc['counts']['done'] == doc['counts']['evaluation_times']
     lines = store.read_text().splitlines()[1:]
     assert lines[:len(kept)] == kept        # finished samples were kept, not redone
+
+
+@pytest.mark.cuda
+def test_tiny_engine_on_cuda_is_deterministic(bag_factory, tmp_path: Path) -> None:
+    bag, drive = bag_factory()
+    fast = tmp_path / 'fast.yaml'
+    fast.write_text('/**:\n  ros__parameters:\n    decode:\n      max_tokens: 8\n')
+    for run in ('a', 'b'):
+        assert _replay(bag, drive, fast, tmp_path / run, '--device', 'cuda') == 0
+    docs = [json.loads((tmp_path / r / 'metrics.json').read_text()) for r in ('a', 'b')]
+    assert docs[0]['model']['device'].startswith('cuda') and docs[0]['complete']
+    assert docs[0]['machine']['gpu']['name']
+    assert docs[0]['accuracy'] == docs[1]['accuracy'] and docs[0]['samples'] == docs[1]['samples']
