@@ -43,6 +43,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument('--image-format', choices=('raw', 'jpeg', 'png'), default='raw')
     p.add_argument('--height', type=int, default=320)
     p.add_argument('--width', type=int, default=576)
+    p.add_argument('--no-deterministic', action='store_true',
+                   help='allow nondeterministic kernels (replay is deterministic by default)')
     p.add_argument('--bag', type=Path, default=None, help='replay this bag instead of a new one')
     p.add_argument('--out', type=Path, default=Path('bench_replay_out'))
     return p.parse_args()
@@ -74,7 +76,8 @@ def main() -> None:
         transport = 'raw' if args.image_format == 'raw' else 'compressed'
         overrides = {'model': args.model, 'device': args.device,
                      'cameras.transports': [transport] * len(drive.camera_slots)}
-        cfg = load_replay_config(files, remaps=remaps, rate_hz=args.rate, overrides=overrides)
+        cfg = load_replay_config(files, remaps=remaps, rate_hz=args.rate, overrides=overrides,
+                                 engine_overrides={'deterministic': not args.no_deterministic})
         bags = prepare([bag], cfg)
         gpu = cap_gpu_memory(args.mem_cap_gib) if args.mem_cap_gib else {}
 

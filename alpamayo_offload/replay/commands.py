@@ -40,6 +40,8 @@ def register(subparsers: Any) -> None:
                    help='trajectory samples per inference (min-over-samples metrics)')
     p.add_argument('--sample', action='store_true',
                    help='sample the reasoning (temperature 0.6, top-p 0.98) instead of greedy')
+    p.add_argument('--no-deterministic', action='store_true',
+                   help='allow nondeterministic GPU kernels (faster; results may differ per run)')
     p.add_argument('--bev-plots', type=int, default=4, help='bird\'s-eye plots of N samples')
     p.add_argument('--no-progress', action='store_true', help='no progress bar on stderr')
     p.set_defaults(func=run)
@@ -52,7 +54,10 @@ def run(args: argparse.Namespace) -> int:
     from alpamayo_offload.replay.session import ResultBagOptions, prepare, replay_session
 
     overrides = {k: v for k, v in (('model', args.model), ('device', args.device)) if v}
-    engine_overrides: dict[str, Any] = {'sample': True} if args.sample else {}
+    # Bit-identical reruns are the default: torch's deterministic algorithms (matters on CUDA).
+    engine_overrides: dict[str, Any] = {'deterministic': not args.no_deterministic}
+    if args.sample:
+        engine_overrides['sample'] = True
     if args.num_samples is not None:
         engine_overrides['num_samples'] = args.num_samples
     files = list(args.params or [DEFAULT_PARAMS]) + ([args.plan] if args.plan else [])

@@ -18,6 +18,16 @@ MEASURED = ('latency_s', 'warmup')    # timing fields; everything else must repe
 ENGINE_STAGES = ('preprocess', 'vision', 'prefill', 'decode', 'diffusion', 'total')
 
 
+@pytest.fixture(autouse=True)
+def _restore_determinism_flag():
+    """Replay turns on torch's process-wide deterministic mode; don't leak it to other tests."""
+    import torch
+
+    before = torch.are_deterministic_algorithms_enabled()
+    yield
+    torch.use_deterministic_algorithms(before)
+
+
 def _replay(bag: Path, drive, fast: Path, out: Path, *extra: str) -> int:
     remaps = [f'--remap=~/input/camera_{s}/image:={drive.topic_for(s)}'
               for s in drive.camera_slots] + [f'--remap=~/input/odometry:={drive.odom_topic}']
