@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import SCENARIOS, build_model, run, same
+from runtime_cases import SCENARIOS, build_model, run, same
 
 from alpamayo_offload.demo import ToyConfig, build_stack
 from alpamayo_offload.runtime import (

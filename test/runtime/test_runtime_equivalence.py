@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import LENGTHS, SCENARIOS, build_model, run, same
+from runtime_cases import LENGTHS, SCENARIOS, build_model, run, same
 
 from alpamayo_offload.runtime import Mode, OffloadRuntime, ResidencyPlan
 

@@ -5,7 +5,7 @@ import json
 
 import pytest
 import torch
-from conftest import SCENARIOS, build_model, run, same
+from runtime_cases import SCENARIOS, build_model, run, same
 from torch import nn
 
 from alpamayo_offload.demo import ToyConfig, build_stack
