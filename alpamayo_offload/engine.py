@@ -214,6 +214,7 @@ class Engine:
         self._runtime: OffloadRuntime | None = None
         self._embed_home = torch.device('cpu')
         self._inferences = 0
+        self._calls_seen = 0
         self._layer_bytes = {name: [_module_bytes(m) for m in layers]
                              for name, layers in model.layer_sequences().items()}
 
@@ -274,6 +275,7 @@ class Engine:
             raise EngineError(str(err)) from err
         self._runtime = runtime
         self._inferences = 0
+        self._calls_seen = 0
         self._plan = {'mode': mode, 'budget_bytes': budget_bytes, 'embed_on_host': embed_on_host,
                       'resident': {k: tuple(v) for k, v in resident.items()},
                       'required_bytes': runtime.vram_plan.required_bytes}
@@ -352,11 +354,12 @@ class Engine:
                                             if i not in resident.get(name, ()))
                            for name, sizes in self._layer_bytes.items())
         out = {'bytes_streamed': float(streamed), 'dma_ms': 0.0, 'stall_ms': 0.0}
-        if self._runtime.instrument:
-            stats = self._runtime.stats()
-            out['dma_ms'] = sum(t.dma_ms for t in stats.totals)
-            out['stall_ms'] = sum(t.stall_ms for t in stats.totals)
-            self._runtime.reset_stats()
+        if self._runtime.instrument:   # this inference's calls: those after the cursor
+            calls = self._runtime.stats().calls
+            mine = calls[self._calls_seen:] if self._calls_seen <= len(calls) else calls
+            self._calls_seen = len(calls)
+            out['dma_ms'] = sum(c.dma_ms for c in mine)
+            out['stall_ms'] = sum(c.stall_ms for c in mine)
         return out
 
     def runtime_stats(self, reset: bool = False) -> RuntimeStats:
@@ -366,6 +369,7 @@ class Engine:
         stats = self._runtime.stats()
         if reset:
             self._runtime.reset_stats()
+            self._calls_seen = 0
         return stats
 
     def example_input(self, height: int = 1080, width: int = 1920) -> _ExampleInput:
