@@ -1,0 +1,314 @@
+"""The Alpamayo-R1 rows: our engine's modes and the HF peers on one loaded model.
+
+The engine builds the full-size model once (random weights from a seed, home in host RAM).
+Our rows re-attach the engine's runtime with another plan (`Engine.replan`); a peer row closes
+the engine, wraps the same module tree, and is removed again before the next row, after which
+`HomeCopy.restore` puts back the very same host tensors.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from alpamayo_offload.engine import Engine, EngineConfig
+from alpamayo_offload.model import SyntheticTextIds, prepare_inputs, run_inference
+from alpamayo_offload.planning.gpu_profile import profile_engine
+from alpamayo_offload.planning.planner import PlannerOptions, plan, vram_needed
+from alpamayo_offload.planning.predictor import Pipeline, Placement, Workload, predict
+from alpamayo_offload.planning.profile import Profile, load_profile, save_profile
+
+from . import hf_peers
+from .home import HomeCopy, release_memory
+from .measure import Deadline, PhaseClock, RunOutput, measure
+from .rows import GIB, OURS, SLOW, RowSpec
+
+LOG = logging.getLogger(__name__)
+EMBED = 'vlm.model.language_model.embed_tokens'
+_DIFFUSERS_ROOTS = ('vlm.model.visual', 'vlm.model.language_model', 'expert')
+_NO_SPLIT = ('Qwen3VLVisionBlock', 'Qwen3VLTextDecoderLayer')
+
+
+class RowSkippedError(Exception):
+    """A row that cannot run here (missing package, no profile on CPU); the message says why."""
+
+
+@dataclass(frozen=True)
+class AlpamayoSettings:
+    """What the Alpamayo rows share: model, workload, repeats, Accelerate headroom."""
+
+    model: str = 'full'
+    device: str = 'cuda'
+    decode_tokens: int = 21
+    diffusion_steps: int = 10
+    image_hw: tuple[int, int] = (1080, 1920)
+    runs: int = 3             # ours and preload
+    peer_runs: int = 2        # diffusers
+    slow_runs: int = 1        # Accelerate (about 20-60 s per inference)
+    accel_headroom_gib: float = 4.0
+    profile_path: str | None = None
+    out_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ('runs', 'peer_runs', 'slow_runs'):
+            if not 1 <= getattr(self, name) <= 50:
+                raise ValueError(f'AlpamayoSettings.{name} = {getattr(self, name)}: 1..50')
+        if not 0 <= self.accel_headroom_gib <= 64:
+            raise ValueError(f'AlpamayoSettings.accel_headroom_gib = {self.accel_headroom_gib}: '
+                             '0..64')
+
+
+def cap_vram(cap_bytes: int | None) -> None:
+    """Cap this process's CUDA allocator at `cap_bytes` (None: the whole GPU)."""
+    if not torch.cuda.is_available():
+        return
+    torch.cuda.empty_cache()
+    total = torch.cuda.get_device_properties(0).total_memory
+    torch.cuda.set_per_process_memory_fraction(
+        1.0 if cap_bytes is None else min(1.0, cap_bytes / total))
+
+
+def status_of(err: BaseException) -> str:
+    """Row status for an exception: 'oom', 'does not fit' (plan over budget) or 'error'."""
+    text = f'{type(err).__name__}: {err}'.replace('\n', ' ')[:400]
+    if isinstance(err, torch.cuda.OutOfMemoryError) or 'out of memory' in text.lower():
+        return f'oom: {text}'
+    if 'does not fit' in text or 'below the minimum' in text:
+        return f'does not fit: {text}'
+    return f'error: {text}'
+
+
+class AlpamayoBench:
+    """Builds the model once and runs any row of the Alpamayo schedule on it."""
+
+    def __init__(self, settings: AlpamayoSettings, deadline: Deadline) -> None:
+        self.s = settings
+        self.deadline = deadline
+        self.device = torch.device(settings.device)
+        self.cuda = self.device.type == 'cuda'
+        start = time.perf_counter()
+        self.config = EngineConfig(
+            model=settings.model, device=settings.device, mode='sequential', resident={},
+            max_decode_tokens=max(1, settings.decode_tokens),
+            fixed_decode_tokens=settings.decode_tokens,
+            diffusion_steps=settings.diffusion_steps, seed=0, instrument=self.cuda)
+        self.engine = Engine.from_config(self.config)
+        if self.cuda:
+            torch.cuda.synchronize()
+        self.build_s = time.perf_counter() - start
+        self.model = self.engine.model
+        self.model_input = self.engine.example_input(*settings.image_hw)
+        self.encoder = SyntheticTextIds()
+        self.profile = self._profile() if self.cuda else None
+        self.workload = Workload(
+            self.profile.measured_passes('decode') if self.profile else settings.decode_tokens,
+            settings.diffusion_steps)
+        self.engine.close()
+        for module in self.model.non_layer_modules().values():
+            module.to('cpu')
+        self.home = HomeCopy(self.model)
+        self.peer: hf_peers.Attached | None = None
+        self.current: tuple[str, float | None] | None = None
+        self.reference: RunOutput | None = None
+        self.reference_timed: RunOutput | None = None
+        LOG.info('model built in %.1f s (%.2f GiB home copy)', self.build_s,
+                 self.home.nbytes / GIB)
+
+    def _profile(self) -> Profile:
+        if self.s.profile_path:
+            profile, _ = load_profile(self.s.profile_path)
+            if profile.machine.gpu_name != torch.cuda.get_device_name():
+                LOG.warning('profile %s is from %s, this is %s', self.s.profile_path,
+                            profile.machine.gpu_name, torch.cuda.get_device_name())
+            return profile
+        profile = profile_engine(self.engine, model=self.s.model,
+                                 loaded_bytes=torch.cuda.memory_allocated(), warmup=1,
+                                 settings={'decode_tokens': self.s.decode_tokens,
+                                           'diffusion_steps': self.s.diffusion_steps})
+        if self.s.out_dir:
+            save_profile(profile, f'{self.s.out_dir}/profile.json')
+        return profile
+
+    # ------------------------------------------------------------------ schedule support
+    def passes(self, spec: RowSpec) -> int:
+        """Inferences a row runs: correctness pass, warm-up, timed runs."""
+        if spec.runtime in OURS:
+            return 2 + self.s.runs
+        return 1 + (self.s.slow_runs if spec.runtime in SLOW else self.s.peer_runs)
+
+    def reuses(self, spec: RowSpec) -> bool:
+        """Whether the row runs on what is attached now (no set-up)."""
+        return (self.peer is not None and self.current is not None
+                and self.current[0] == spec.runtime and spec.runtime in
+                ('accelerate-cpu-offload', 'diffusers-block', 'diffusers-leaf'))
+
+    # ------------------------------------------------------------------ rows
+    def run(self, spec: RowSpec) -> dict[str, Any]:
+        """Run one row; never raises for a row that fails (the status says why)."""
+        row: dict[str, Any] = {'model': 'alpamayo', 'runtime': spec.runtime,
+                               'cap_gib': spec.cap_gib}
+        headrooms = [self.s.accel_headroom_gib, self.s.accel_headroom_gib + 2.0]
+        for attempt, headroom in enumerate(headrooms):
+            try:
+                row.update(self._prepare(spec, headroom))
+                figures, det, last = measure(
+                    self._infer_fn(spec), warmup=1 if spec.runtime in OURS else 0,
+                    runs=self._runs(spec), deadline=self.deadline, reference=self.reference,
+                    reference_timed=self.reference_timed)
+                row.update(figures)
+                row['pinned_bytes'] = row['caching_pinned_bytes'] + row.get(
+                    'registered_pinned_bytes', 0)
+                if row.get('predicted_s'):
+                    row['measured_over_predicted'] = row['e2e_s'] / row['predicted_s']
+                if spec.runtime == 'preload':
+                    self.reference, self.reference_timed = det, last
+                    row['max_abs_diff'] = row['max_abs_diff_default_mode'] = 0.0
+                row['status'] = 'ok'
+                return row
+            except hf_peers.PeerError as err:
+                row['status'] = f'does not fit: {err}'
+            except RowSkippedError as err:
+                row['status'] = f'skipped: {err}'
+            except Exception as err:  # a failed row must not end the benchmark
+                row['status'] = status_of(err)
+                LOG.warning('%s: %s', spec.label(), row['status'])
+            self.teardown()
+            if not (spec.runtime == 'accelerate-device-map' and row['status'].startswith('oom')
+                    and attempt + 1 < len(headrooms)):
+                return row
+            row['oom_with_headroom_gib'] = headroom
+        return row
+
+    def _runs(self, spec: RowSpec) -> int:
+        if spec.runtime in OURS:
+            return self.s.runs
+        return self.s.slow_runs if spec.runtime in SLOW else self.s.peer_runs
+
+    def teardown(self) -> None:
+        """Detach whatever is attached and put the home weights back."""
+        self.engine.close()
+        if self.peer is not None:
+            self.peer.remove()
+            self.peer = None
+        self.current = None
+        self.home.restore()
+
+    def _prepare(self, spec: RowSpec, headroom_gib: float) -> dict[str, Any]:
+        if spec.runtime in OURS:
+            return self._prepare_ours(spec)
+        if self.reuses(spec):
+            cap_vram(spec.cap_bytes)
+            self.current = (spec.runtime, spec.cap_gib)
+            assert self.peer is not None
+            return {'setup_s': self.peer.setup_s, 'setup_reused': True,
+                    'detail': self.peer.detail}
+        self.teardown()
+        package = spec.runtime.split('-')[0]
+        if not hf_peers.available(package):
+            raise RowSkippedError(f'{package} is not importable here')
+        cap_vram(spec.cap_bytes)
+        self.peer = self._attach_peer(spec, headroom_gib)
+        self.current = (spec.runtime, spec.cap_gib)
+        return {'setup_s': self.peer.setup_s, 'detail': self.peer.detail,
+                **({'headroom_gib': headroom_gib}
+                   if spec.runtime == 'accelerate-device-map' else {})}
+
+    def _prepare_ours(self, spec: RowSpec) -> dict[str, Any]:
+        if self.peer is not None:
+            self.teardown()
+        mode = {'preload': 'preload', 'ours-sequential': 'sequential'}.get(spec.runtime,
+                                                                           'pipelined')
+        placement, predicted, extra = self._placement(spec)
+        cap_vram(spec.cap_bytes)
+        start = time.perf_counter()
+        self.engine.replan(resident={s: placement.indices(s) for s in placement.resident},
+                           mode=mode, budget_bytes=spec.cap_bytes,
+                           embed_on_host=placement.embed_on_host, instrument=False)
+        if self.cuda:
+            torch.cuda.synchronize()
+        self.current = (spec.runtime, spec.cap_gib)
+        info = self.engine.info
+        return {'setup_s': time.perf_counter() - start, 'predicted_s': predicted,
+                'registered_pinned_bytes': int(info.get('pinned_bytes', 0)),
+                'required_bytes': info.get('required_bytes'),
+                'detail': {'resident': {s: list(placement.indices(s))
+                                        for s in ('vit', 'lm', 'expert')},
+                           'embed_on_host': placement.embed_on_host, **extra}}
+
+    def _placement(self, spec: RowSpec) -> tuple[Placement, float | None, dict[str, Any]]:
+        if spec.runtime == 'preload':
+            return Placement.of(), None, {}
+        if spec.runtime == 'ours-planned':
+            if self.profile is None or spec.cap_bytes is None:
+                raise RowSkippedError('the planned row needs a GPU profile and a cap')
+            result = plan(self.profile, spec.cap_bytes, PlannerOptions(workload=self.workload))
+            return result.placement, result.prediction.total_s, {
+                'strategy': result.strategy, 'planned_vram_bytes': result.vram.total}
+        placement = Placement.of()
+        if self.profile is None:
+            return placement, None, {}
+        pipeline = Pipeline.SEQUENTIAL if spec.runtime == 'ours-sequential' \
+            else Pipeline.PIPELINED
+        return placement, predict(self.profile, placement, self.workload, pipeline).total_s, {
+            'planned_vram_bytes': vram_needed(self.profile, placement).total}
+
+    def _attach_peer(self, spec: RowSpec, headroom_gib: float) -> hf_peers.Attached:
+        model, device = self.model, self.device
+        named = dict(model.named_modules())
+        if spec.runtime == 'accelerate-device-map':
+            if spec.cap_bytes is None:
+                raise RowSkippedError('Accelerate device_map rows need a cap')
+            max_memory = spec.cap_bytes - int(headroom_gib * GIB)
+            if max_memory <= 0:
+                raise hf_peers.PeerError(f'cap {spec.cap_gib} GiB leaves no max_memory after '
+                                         f'{headroom_gib} GiB headroom')
+            no_split = list(getattr(model.vlm, '_no_split_modules', None) or _NO_SPLIT)
+            return hf_peers.attach_device_map(
+                model, device, max_memory, no_split, keep_on_device=(EMBED,),
+                skip_keys=getattr(model.vlm, '_skip_keys_device_placement', None))
+        if spec.runtime == 'accelerate-cpu-offload':
+            return hf_peers.attach_cpu_offload(model, device, keep_on_device=(named[EMBED],))
+        roots = [named[r] for r in _DIFFUSERS_ROOTS]
+        outside = [m for name, m in model.non_layer_modules().items()
+                   if not name.startswith(_DIFFUSERS_ROOTS)]
+        return hf_peers.attach_group_offloading(
+            model, device, roots,
+            'block_level' if spec.runtime == 'diffusers-block' else 'leaf_level',
+            keep_on_device=outside, pull_out=(named[EMBED],))
+
+    # ------------------------------------------------------------------ inference
+    def _infer_fn(self, spec: RowSpec) -> Any:
+        return self._engine_infer if spec.runtime in OURS else self._peer_infer
+
+    def _engine_infer(self) -> RunOutput:
+        result = self.engine.infer(self.model_input)
+        return RunOutput({'xyz': result.xyz, 'rot': result.rot}, dict(result.timings))
+
+    def _peer_infer(self) -> RunOutput:
+        """What `Engine.infer` does, on a model that a peer has wrapped (same inputs, options)."""
+        t_start = time.perf_counter()
+        x = self.model_input
+        inputs = prepare_inputs(np.asarray(x.images), np.asarray(x.ego_history_xyz, np.float64),
+                                np.asarray(x.ego_history_rot, np.float64), self.model.cfg,
+                                self.encoder)
+        t_prep = time.perf_counter()
+        clock = PhaseClock(self.cuda)
+        with torch.no_grad():   # not inference_mode: Accelerate re-creates Parameters per call
+            result = run_inference(self.model, inputs, self.device,
+                                   self.config.decode_options(), observer=clock)
+        phases = clock.seconds()
+        t_end = time.perf_counter()
+        timings = {'preprocess': t_prep - t_start, **phases,
+                   'postprocess': max(0.0, (t_end - t_prep) - sum(phases.values())),
+                   'total': t_end - t_start}
+        return RunOutput({'xyz': result.xyz[0].double().numpy(),
+                          'rot': result.rot[0].double().numpy()}, timings)
+
+    def close(self) -> None:
+        """Detach everything and drop the model."""
+        self.teardown()
+        release_memory()

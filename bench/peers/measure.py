@@ -1,0 +1,161 @@
+"""Time one runtime row: a deterministic correctness pass, warm-up, then timed runs.
+
+The first pass of every row runs with deterministic algorithms on and is compared with the
+preload reference (max absolute difference of the trajectory, or of the logits for the LLM);
+it doubles as the row's warm-up and is never timed. Timed runs use the default mode.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from .home import caching_pinned_bytes, reset_rss_peak, rss_bytes, rss_peak_bytes
+
+
+@dataclass
+class RunOutput:
+    """One inference: what it produced (host arrays) and how long each part took."""
+
+    arrays: dict[str, np.ndarray]
+    timings: dict[str, float]
+    e2e_s: float = 0.0
+
+
+@dataclass
+class Deadline:
+    """The wall-clock budget of the whole benchmark."""
+
+    budget_s: float
+    start: float = field(default_factory=time.perf_counter)
+
+    def elapsed(self) -> float:
+        """Seconds since the benchmark started."""
+        return time.perf_counter() - self.start
+
+    def allows(self, seconds: float) -> bool:
+        """Whether `seconds` more work still ends within the budget."""
+        return self.elapsed() + seconds <= self.budget_s
+
+
+class PhaseClock:
+    """`PhaseObserver` that times each pass (CUDA events on a GPU, perf_counter otherwise)."""
+
+    def __init__(self, cuda: bool) -> None:
+        self._cuda = cuda
+        self._open: tuple[str, object] | None = None
+        self._marks: list[tuple[str, object, object]] = []
+
+    def _now(self) -> object:
+        if self._cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        return time.perf_counter()
+
+    def phase_start(self, phase: str, index: int, is_last: bool) -> None:
+        """Open the pass's clock."""
+        self._open = (phase, self._now())
+
+    def phase_end(self, phase: str, index: int) -> None:
+        """Close the pass's clock."""
+        if self._open is not None and self._open[0] == phase:
+            self._marks.append((phase, self._open[1], self._now()))
+        self._open = None
+
+    def seconds(self) -> dict[str, float]:
+        """Seconds per phase, summed over its passes."""
+        out: dict[str, float] = {}
+        for phase, start, end in self._marks:
+            if self._cuda:
+                end.synchronize()                                   # type: ignore[attr-defined]
+                dt = start.elapsed_time(end) / 1000.0               # type: ignore[attr-defined]
+            else:
+                dt = end - start                                    # type: ignore[operator]
+            out[phase] = out.get(phase, 0.0) + dt
+        return out
+
+
+def synchronize() -> None:
+    """Wait for the GPU (no-op without CUDA)."""
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def timed(infer: Callable[[], RunOutput]) -> RunOutput:
+    """Run one inference between two device synchronisations and set its wall time."""
+    synchronize()
+    start = time.perf_counter()
+    out = infer()
+    synchronize()
+    out.e2e_s = time.perf_counter() - start
+    return out
+
+
+def max_abs_diff(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray]) -> float:
+    """Largest absolute difference over every array two runs share (inf on a shape mismatch)."""
+    worst = 0.0
+    for key in sorted(set(a) & set(b)):
+        x, y = np.asarray(a[key], dtype=np.float64), np.asarray(b[key], dtype=np.float64)
+        if x.shape != y.shape:
+            return float('inf')
+        if x.size:
+            worst = max(worst, float(np.max(np.abs(x - y))))
+    return worst
+
+
+def deterministic_pass(infer: Callable[[], RunOutput]) -> RunOutput:
+    """One run with deterministic algorithms on (the correctness pass; also the warm-up)."""
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        return timed(infer)
+    finally:
+        torch.use_deterministic_algorithms(False)
+
+
+def measure(infer: Callable[[], RunOutput], *, warmup: int, runs: int, deadline: Deadline,
+            reference: RunOutput | None, reference_timed: RunOutput | None
+            ) -> tuple[dict[str, object], RunOutput, RunOutput]:
+    """Correctness pass, `warmup` default-mode warm-ups, then up to `runs` timed runs.
+
+    Stops timing early (after at least one run) when the next run would overrun the deadline.
+    Returns the row's figures, the deterministic output and the last timed output.
+    """
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+    peak_reset = reset_rss_peak()
+    det = deterministic_pass(infer)
+    for _ in range(warmup):
+        timed(infer)
+    outs: list[RunOutput] = []
+    cut = False
+    while len(outs) < runs:
+        if outs and not deadline.allows(max(o.e2e_s for o in outs)):
+            cut = True
+            break
+        outs.append(timed(infer))
+    totals = [o.e2e_s for o in outs]
+    phases = sorted({k for o in outs for k in o.timings})
+    row: dict[str, object] = {
+        'e2e_s': statistics.median(totals),
+        'runs_s': totals,
+        'deterministic_pass_s': det.e2e_s,
+        'phases_s': {k: statistics.median(o.timings.get(k, 0.0) for o in outs) for k in phases},
+        'timed_runs': len(outs),
+        'warmup_runs': 1 + warmup,
+        'runs_cut_by_budget': cut,
+        'max_abs_diff': None if reference is None else max_abs_diff(det.arrays, reference.arrays),
+        'max_abs_diff_default_mode': None if reference_timed is None
+        else max_abs_diff(outs[-1].arrays, reference_timed.arrays),
+        'rss_bytes': rss_bytes(),
+        'rss_peak_bytes': rss_peak_bytes() if peak_reset else None,
+        'caching_pinned_bytes': caching_pinned_bytes(),
+    }
+    if torch.cuda.is_available():
+        row['peak_reserved_bytes'] = torch.cuda.max_memory_reserved()
+        row['peak_allocated_bytes'] = torch.cuda.max_memory_allocated()
+    return row, det, outs[-1]
