@@ -148,10 +148,9 @@ class StreamedLayer:
         """Bytes of the flat region (tensors plus alignment padding)."""
         return self.layout.nbytes
 
-    def attach(self, slots: Sequence[torch.Tensor], pin: bool,
+    def attach(self, slots: Sequence[torch.Tensor], region: HostRegion,
                source: TensorSource | None) -> None:
-        """Pack the weights into a fresh host region and bind the layer to slot 0's views."""
-        region = HostRegion(self.nbytes, pin=pin)
+        """Pack the weights into its host region and bind the layer to slot 0's views."""
         for t, entry, name in zip(self.tensors, self.layout.entries, self.qualified, strict=True):
             _fill(t, view(region.tensor, entry), source, name)
         self.region = region
@@ -184,7 +183,10 @@ class StreamedLayer:
         self.bound_slot = slot
 
     def detach(self) -> None:
-        """Give the weights back as ordinary tensors on their original devices; free the region."""
+        """Give the weights back as ordinary tensors on their original devices.
+
+        The region's memory belongs to the arena, which the runtime frees after every layer.
+        """
         region = self.region
         assert region is not None, 'detach of a streamed layer that was never attached'
         for t, entry in zip(self.tensors, self.layout.entries, strict=True):
@@ -192,4 +194,3 @@ class StreamedLayer:
         self._param_views, self._buffer_views = [], []
         self.src, self.dsts, self.bound_slot = torch.empty(0, dtype=torch.uint8), (), -1
         self.region = None
-        region.release()

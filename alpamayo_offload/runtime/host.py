@@ -1,13 +1,17 @@
-"""Exactly sized, page-locked host regions: one per streamed layer.
+"""Exactly sized, page-locked host memory for the streamed layers: one arena, one region each.
 
 ``Tensor.pin_memory()`` goes through PyTorch's caching host allocator, which rounds every block
-up to a power of two (up to 2x host RAM). Instead each region is an ordinary page-aligned
-allocation registered in place with ``cudaHostRegister``, so the pinned bytes are the layer's
-bytes rounded up to a page.
+up to a power of two (up to 2x host RAM). Instead all streamed layers share one ordinary
+page-aligned allocation registered once, in place, with ``cudaHostRegister``; each layer owns a
+page-aligned region of it, so the pinned bytes are the layers' bytes rounded up to a page each.
+One registration rather than one per layer: the driver maps registrations at a granularity
+coarser than a page, and two small neighbouring registrations can collide
+(``cudaErrorHostMemoryAlreadyRegistered``, seen on an H200 with 20-45 KiB layers).
 """
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 import torch
 
@@ -18,28 +22,46 @@ logger = logging.getLogger(__name__)
 
 
 class HostRegion:
-    """A page-aligned uint8 buffer of ``nbytes`` (page-rounded), optionally page-locked."""
+    """One layer's page-aligned slice of a :class:`HostArena` (uint8 view)."""
 
-    def __init__(self, nbytes: int, pin: bool) -> None:
-        if nbytes <= 0:
-            raise ValueError(f'HostRegion nbytes must be > 0, got {nbytes}')
-        self.span = align_up(nbytes, PAGE_BYTES)
-        self._raw = torch.empty(self.span + PAGE_BYTES, dtype=torch.uint8)
-        start = align_up(self._raw.data_ptr(), PAGE_BYTES) - self._raw.data_ptr()
-        self.tensor = self._raw.narrow(0, start, self.span)
-        self.pinned = False
-        if pin:
-            self._register()
+    def __init__(self, arena: HostArena, tensor: torch.Tensor) -> None:
+        self._arena = arena
+        self.tensor = tensor
+        self.span = tensor.numel()
+
+    @property
+    def pinned(self) -> bool:
+        """Whether the arena holding this region is page-locked."""
+        return self._arena.pinned
 
     @property
     def allocated_bytes(self) -> int:
-        """Host bytes this region holds (span plus the alignment page)."""
-        return self._raw.numel()
+        """Host bytes this region holds (the layer's bytes rounded up to a page)."""
+        return self.span
 
     @property
     def pinned_bytes(self) -> int:
         """Bytes page-locked for this region (0 when not pinned)."""
         return self.span if self.pinned else 0
+
+
+class HostArena:
+    """Page-aligned regions of the given sizes in one allocation, optionally page-locked."""
+
+    def __init__(self, nbytes: Sequence[int], pin: bool) -> None:
+        if not nbytes or any(n <= 0 for n in nbytes):
+            raise ValueError(f'HostArena needs region sizes > 0, got {list(nbytes)}')
+        spans = [align_up(n, PAGE_BYTES) for n in nbytes]
+        self.span = sum(spans)
+        self._raw = torch.empty(self.span + PAGE_BYTES, dtype=torch.uint8)
+        start = align_up(self._raw.data_ptr(), PAGE_BYTES) - self._raw.data_ptr()
+        self.tensor = self._raw.narrow(0, start, self.span)
+        self.pinned = False
+        offsets = [sum(spans[:i]) for i in range(len(spans))]
+        self.regions = [HostRegion(self, self.tensor.narrow(0, o, s))
+                        for o, s in zip(offsets, spans, strict=True)]
+        if pin:
+            self._register()
 
     def _register(self) -> None:
         cudart = torch.cuda.cudart()
@@ -52,11 +74,13 @@ class HostRegion:
         self.pinned = True
 
     def release(self) -> None:
-        """Unregister (if pinned) and drop the memory; the region is unusable afterwards."""
+        """Unregister (if pinned) and drop the memory; the regions are unusable afterwards."""
         if self.pinned:
             err = torch.cuda.cudart().cudaHostUnregister(self.tensor.data_ptr())
             if int(err) != 0:
                 logger.warning('cudaHostUnregister failed with CUDA error %d', int(err))
             self.pinned = False
-        self.tensor = torch.empty(0, dtype=torch.uint8)
-        self._raw = self.tensor
+        empty = torch.empty(0, dtype=torch.uint8)
+        for region in self.regions:
+            region.tensor, region.span = empty, 0
+        self.tensor = self._raw = empty

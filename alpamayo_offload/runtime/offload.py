@@ -21,6 +21,7 @@ from .accounting import VramPlan, device_bytes
 from .binding import LayerTensor, ResidentLayer, StreamedLayer, collect_tensors
 from .config import LayerSequence, Mode, ResidencyPlan
 from .errors import LayerError, PlanError, StateError
+from .host import HostArena
 from .layout import pack
 from .schedule import RepetitionCounter, StreamOrder, next_streamed
 from .source import TensorSource
@@ -108,6 +109,7 @@ class OffloadRuntime:
         self._resident: list[ResidentLayer] = []
         self._streamed: list[StreamedLayer] = []
         self._streamer: SlotStreamer | None = None
+        self._arena: HostArena | None = None
         self._clock = Clock(self.device.type == 'cuda')
         self._log: CallLog | None = None
         self._reps = RepetitionCounter()
@@ -203,19 +205,23 @@ class OffloadRuntime:
                 self._streamer = SlotStreamer(
                     self.device, self._slot_bytes, self.vram_plan.n_slots,
                     self._clock if self.instrument else None)
-            pin = self.device.type == 'cuda'
+            pending = {id(info): StreamedLayer(n, collect_tensors(info.module), info.qualified)
+                       for n, info in enumerate(streamed_infos)}
+            if pending:
+                self._arena = HostArena([st.nbytes for st in pending.values()],
+                                        pin=self.device.type == 'cuda')
+            regions = iter(self._arena.regions if self._arena is not None else ())
             for info in self._infos:
-                tensors = collect_tensors(info.module)
                 if info.resident:
-                    layer = ResidentLayer(tensors, info.qualified)
+                    layer = ResidentLayer(collect_tensors(info.module), info.qualified)
                     self._resident.append(layer)  # before attach: detach undoes a partial one
                     layer.attach(self.device, source)
                     if self.instrument:
                         self._hook_resident(info)
                 else:
                     assert self._streamer is not None
-                    st = StreamedLayer(len(self._streamed), tensors, info.qualified)
-                    st.attach(self._streamer.slots, pin, source)
+                    st = pending[id(info)]
+                    st.attach(self._streamer.slots, next(regions), source)
                     self._streamed.append(st)
                     self._hook_streamed(info, st)
         self._link(streamed_infos)
@@ -252,6 +258,9 @@ class OffloadRuntime:
                 st.detach()
             for layer in self._resident:
                 layer.detach()
+        if self._arena is not None:
+            self._arena.release()
+            self._arena = None
         self._streamed, self._resident = [], []
         self._first, self._next, self._ends = {}, {}, {}
         self._hint, self._current, self._log = None, None, None
@@ -370,12 +379,12 @@ class OffloadRuntime:
     @property
     def pinned_bytes(self) -> int:
         """Host bytes page-locked for streamed layers (0 without CUDA)."""
-        return sum(st.region.pinned_bytes for st in self._streamed if st.region is not None)
+        return self._arena.span if (self._arena is not None and self._arena.pinned) else 0
 
     @property
     def host_bytes(self) -> int:
         """Host bytes held by the streamed layers' regions (pinned or not)."""
-        return sum(st.region.allocated_bytes for st in self._streamed if st.region is not None)
+        return self._arena.span if self._arena is not None else 0
 
     @property
     def attached(self) -> bool:
