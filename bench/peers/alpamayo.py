@@ -24,17 +24,14 @@ from alpamayo_offload.planning.profile import Profile, load_profile, save_profil
 
 from . import hf_peers
 from .home import HomeCopy, release_memory
-from .measure import Deadline, PhaseClock, RunOutput, measure
-from .rows import GIB, OURS, SLOW, RowSpec
+from .measure import Deadline, PhaseClock, RunOutput
+from .rows import GIB, OURS, RowSpec
+from .runner import RowBench, RowSkippedError, cap_vram
 
 LOG = logging.getLogger(__name__)
 EMBED = 'vlm.model.language_model.embed_tokens'
 _DIFFUSERS_ROOTS = ('vlm.model.visual', 'vlm.model.language_model', 'expert')
 _NO_SPLIT = ('Qwen3VLVisionBlock', 'Qwen3VLTextDecoderLayer')
-
-
-class RowSkippedError(Exception):
-    """A row that cannot run here (missing package, no profile on CPU); the message says why."""
 
 
 @dataclass(frozen=True)
@@ -54,40 +51,20 @@ class AlpamayoSettings:
     out_dir: str | None = None
 
     def __post_init__(self) -> None:
-        for name in ('runs', 'peer_runs', 'slow_runs'):
-            if not 1 <= getattr(self, name) <= 50:
-                raise ValueError(f'AlpamayoSettings.{name} = {getattr(self, name)}: 1..50')
-        if not 0 <= self.accel_headroom_gib <= 64:
-            raise ValueError(f'AlpamayoSettings.accel_headroom_gib = {self.accel_headroom_gib}: '
-                             '0..64')
+        if self.decode_tokens < 0 or self.diffusion_steps < 1:
+            raise ValueError(f'AlpamayoSettings: decode_tokens = {self.decode_tokens} must be '
+                             f'>= 0 and diffusion_steps = {self.diffusion_steps} >= 1')
 
 
-def cap_vram(cap_bytes: int | None) -> None:
-    """Cap this process's CUDA allocator at `cap_bytes` (None: the whole GPU)."""
-    if not torch.cuda.is_available():
-        return
-    torch.cuda.empty_cache()
-    total = torch.cuda.get_device_properties(0).total_memory
-    torch.cuda.set_per_process_memory_fraction(
-        1.0 if cap_bytes is None else min(1.0, cap_bytes / total))
-
-
-def status_of(err: BaseException) -> str:
-    """Row status for an exception: 'oom', 'does not fit' (plan over budget) or 'error'."""
-    text = f'{type(err).__name__}: {err}'.replace('\n', ' ')[:400]
-    if isinstance(err, torch.cuda.OutOfMemoryError) or 'out of memory' in text.lower():
-        return f'oom: {text}'
-    if 'does not fit' in text or 'below the minimum' in text:
-        return f'does not fit: {text}'
-    return f'error: {text}'
-
-
-class AlpamayoBench:
+class AlpamayoBench(RowBench):
     """Builds the model once and runs any row of the Alpamayo schedule on it."""
 
+    model_name = 'alpamayo'
+
     def __init__(self, settings: AlpamayoSettings, deadline: Deadline) -> None:
+        super().__init__(deadline, settings.runs, settings.peer_runs, settings.slow_runs,
+                         settings.accel_headroom_gib)
         self.s = settings
-        self.deadline = deadline
         self.device = torch.device(settings.device)
         self.cuda = self.device.type == 'cuda'
         start = time.perf_counter()
@@ -111,10 +88,6 @@ class AlpamayoBench:
         for module in self.model.non_layer_modules().values():
             module.to('cpu')
         self.home = HomeCopy(self.model)
-        self.peer: hf_peers.Attached | None = None
-        self.current: tuple[str, float | None] | None = None
-        self.reference: RunOutput | None = None
-        self.reference_timed: RunOutput | None = None
         LOG.info('model built in %.1f s (%.2f GiB home copy)', self.build_s,
                  self.home.nbytes / GIB)
 
@@ -133,61 +106,6 @@ class AlpamayoBench:
             save_profile(profile, f'{self.s.out_dir}/profile.json')
         return profile
 
-    # ------------------------------------------------------------------ schedule support
-    def passes(self, spec: RowSpec) -> int:
-        """Inferences a row runs: correctness pass, warm-up, timed runs."""
-        if spec.runtime in OURS:
-            return 2 + self.s.runs
-        return 1 + (self.s.slow_runs if spec.runtime in SLOW else self.s.peer_runs)
-
-    def reuses(self, spec: RowSpec) -> bool:
-        """Whether the row runs on what is attached now (no set-up)."""
-        return (self.peer is not None and self.current is not None
-                and self.current[0] == spec.runtime and spec.runtime in
-                ('accelerate-cpu-offload', 'diffusers-block', 'diffusers-leaf'))
-
-    # ------------------------------------------------------------------ rows
-    def run(self, spec: RowSpec) -> dict[str, Any]:
-        """Run one row; never raises for a row that fails (the status says why)."""
-        row: dict[str, Any] = {'model': 'alpamayo', 'runtime': spec.runtime,
-                               'cap_gib': spec.cap_gib}
-        headrooms = [self.s.accel_headroom_gib, self.s.accel_headroom_gib + 2.0]
-        for attempt, headroom in enumerate(headrooms):
-            try:
-                row.update(self._prepare(spec, headroom))
-                figures, det, last = measure(
-                    self._infer_fn(spec), warmup=1 if spec.runtime in OURS else 0,
-                    runs=self._runs(spec), deadline=self.deadline, reference=self.reference,
-                    reference_timed=self.reference_timed)
-                row.update(figures)
-                row['pinned_bytes'] = row['caching_pinned_bytes'] + row.get(
-                    'registered_pinned_bytes', 0)
-                if row.get('predicted_s'):
-                    row['measured_over_predicted'] = row['e2e_s'] / row['predicted_s']
-                if spec.runtime == 'preload':
-                    self.reference, self.reference_timed = det, last
-                    row['max_abs_diff'] = row['max_abs_diff_default_mode'] = 0.0
-                row['status'] = 'ok'
-                return row
-            except hf_peers.PeerError as err:
-                row['status'] = f'does not fit: {err}'
-            except RowSkippedError as err:
-                row['status'] = f'skipped: {err}'
-            except Exception as err:  # a failed row must not end the benchmark
-                row['status'] = status_of(err)
-                LOG.warning('%s: %s', spec.label(), row['status'])
-            self.teardown()
-            if not (spec.runtime == 'accelerate-device-map' and row['status'].startswith('oom')
-                    and attempt + 1 < len(headrooms)):
-                return row
-            row['oom_with_headroom_gib'] = headroom
-        return row
-
-    def _runs(self, spec: RowSpec) -> int:
-        if spec.runtime in OURS:
-            return self.s.runs
-        return self.s.slow_runs if spec.runtime in SLOW else self.s.peer_runs
-
     def teardown(self) -> None:
         """Detach whatever is attached and put the home weights back."""
         self.engine.close()
@@ -197,15 +115,12 @@ class AlpamayoBench:
         self.current = None
         self.home.restore()
 
-    def _prepare(self, spec: RowSpec, headroom_gib: float) -> dict[str, Any]:
+    def prepare(self, spec: RowSpec, headroom_gib: float) -> dict[str, Any]:
+        """Re-plan our engine, or attach (or reuse) a peer, under the row's cap."""
         if spec.runtime in OURS:
             return self._prepare_ours(spec)
         if self.reuses(spec):
-            cap_vram(spec.cap_bytes)
-            self.current = (spec.runtime, spec.cap_gib)
-            assert self.peer is not None
-            return {'setup_s': self.peer.setup_s, 'setup_reused': True,
-                    'detail': self.peer.detail}
+            return self.reuse_peer(spec)
         self.teardown()
         package = spec.runtime.split('-')[0]
         if not hf_peers.available(package):
@@ -281,8 +196,9 @@ class AlpamayoBench:
             keep_on_device=outside, pull_out=(named[EMBED],))
 
     # ------------------------------------------------------------------ inference
-    def _infer_fn(self, spec: RowSpec) -> Any:
-        return self._engine_infer if spec.runtime in OURS else self._peer_infer
+    def infer(self, spec: RowSpec) -> RunOutput:
+        """One inference through the engine (ours) or `run_inference` (peers)."""
+        return self._engine_infer() if spec.runtime in OURS else self._peer_infer()
 
     def _engine_infer(self) -> RunOutput:
         result = self.engine.infer(self.model_input)
