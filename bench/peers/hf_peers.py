@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -199,10 +198,3 @@ def attach_group_offloading(model: nn.Module, device: torch.device, roots: Seque
     return Attached(f'diffusers-{offload_type.split("_")[0]}', time.perf_counter() - start,
                     detail, remove)
 
-
-def host_limit_bytes() -> int:
-    """Physical host RAM, for reports."""
-    try:
-        return os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
-    except (ValueError, OSError):
-        return 0
