@@ -133,8 +133,7 @@ class AlpamayoBench(RowBench):
                    if spec.runtime == 'accelerate-device-map' else {})}
 
     def _prepare_ours(self, spec: RowSpec) -> dict[str, Any]:
-        if self.peer is not None:
-            self.teardown()
+        self.teardown()                     # every row starts from the home weights
         mode = {'preload': 'preload', 'ours-sequential': 'sequential'}.get(spec.runtime,
                                                                            'pipelined')
         placement, predicted, extra = self._placement(spec)
