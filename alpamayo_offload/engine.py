@@ -59,7 +59,7 @@ STAGES = ('preprocess', 'vision', 'prefill', 'decode', 'diffusion', 'postprocess
 _NEXT_AFTER = {'vision': 'lm', 'prefill': 'lm', 'decode': 'lm', 'diffusion': 'expert'}
 _NEXT_AFTER_LAST = {'decode': 'expert', 'diffusion': 'vit'}
 # Working-set margin on top of the estimate below: allocator slack, cuBLAS workspaces.
-_WORKING_SET_SLACK = 512 * 2**20
+_WORKING_SET_SLACK = 256 * 2**20
 
 
 class EngineError(RuntimeError):
@@ -276,9 +276,12 @@ class Engine:
         self._runtime = runtime
         self._inferences = 0
         self._calls_seen = 0
+        embed = _module_bytes(self.model.non_layer_modules()[EMBED_MODULE])
         self._plan = {'mode': mode, 'budget_bytes': budget_bytes, 'embed_on_host': embed_on_host,
                       'resident': {k: tuple(v) for k, v in resident.items()},
-                      'required_bytes': runtime.vram_plan.required_bytes}
+                      'required_bytes': runtime.vram_plan.required_bytes,
+                      'fixed_bytes': fixed - (0 if embed_on_host else embed),
+                      'working_set_bytes': working}
 
     def _place_non_layer(self, embed_on_host: bool) -> None:
         for name, module in self.model.non_layer_modules().items():
@@ -396,6 +399,9 @@ class Engine:
                                 for name in SEQUENCE_PREFIXES},
             'layers': {name: len(sizes) for name, sizes in self._layer_bytes.items()},
             'embed_bytes': embed.numel() * embed.element_size(),
+            # The runtime's VRAM terms, so a planner budgets exactly as the runtime checks.
+            'fixed_bytes': self._plan['fixed_bytes'],
+            'working_set_bytes': self._plan['working_set_bytes'],
             'hidden_size': cfg.text.hidden_size,
             'prompt_tokens': estimate_prompt_tokens(cfg),
             'pinned_bytes': rt.pinned_bytes if rt is not None else 0,

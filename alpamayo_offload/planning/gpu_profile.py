@@ -100,7 +100,9 @@ def profile_engine(engine: Any, *, model: str, loaded_bytes: int, warmup: int,
     stats = engine.runtime_stats()
     info = dict(engine.info)
     calls = [c for c in stats.calls if c.streamed]
-    largest = max(c.bytes for c in calls)
+    if not calls:
+        raise PlanningError('the profiling run streamed no layer; profile in sequential mode with '
+                            'nothing resident and instrument=True')
     embed = int(info.get('embed_bytes', 0))
     if not embed:
         LOG.warning('engine.info has no embed_bytes; the plan cannot move the embedding')
@@ -116,13 +118,14 @@ def profile_engine(engine: Any, *, model: str, loaded_bytes: int, warmup: int,
                             torch_version=torch.__version__,
                             cuda_version=str(torch.version.cuda),
                             pinned_h2d_gbps=pinned_h2d_gbps(torch)),
-        vram=VramProfile(fixed_bytes=max(0, loaded_bytes - 2 * largest - embed),
-                         embed_bytes=embed, working_set_bytes=max(0, peak - loaded_bytes),
+        vram=VramProfile(fixed_bytes=int(info['fixed_bytes']), embed_bytes=embed,
+                         working_set_bytes=int(info['working_set_bytes']),
                          context_bytes=max(0, total - free - torch.cuda.memory_reserved())),
         host_ms=1000.0 * (float(timings.get('preprocess', 0.0))
                           + float(timings.get('postprocess', 0.0))),
         embed_host_ms={'prefill': embed_host_ms(torch, prompt, hidden),
                        'decode': embed_host_ms(torch, 1, hidden)},
         settings={**settings, 'decode_tokens_measured': result.decode_tokens,
+                  'measured_working_set_bytes': max(0, peak - loaded_bytes),
                   'prompt_tokens': prompt, 'mode': 'sequential'},
         created_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'))

@@ -11,6 +11,7 @@ coarser than a page, and two small neighbouring registrations can collide
 from __future__ import annotations
 
 import logging
+import mmap
 from collections.abc import Sequence
 
 import torch
@@ -53,9 +54,11 @@ class HostArena:
             raise ValueError(f'HostArena needs region sizes > 0, got {list(nbytes)}')
         spans = [align_up(n, PAGE_BYTES) for n in nbytes]
         self.span = sum(spans)
-        self._raw = torch.empty(self.span + PAGE_BYTES, dtype=torch.uint8)
-        start = align_up(self._raw.data_ptr(), PAGE_BYTES) - self._raw.data_ptr()
-        self.tensor = self._raw.narrow(0, start, self.span)
+        # An anonymous mapping: page-aligned at the storage's own start, so `is_pinned()` (which
+        # looks up the storage base) sees the registered range, and no other allocation shares
+        # its pages.
+        self._map: mmap.mmap | None = mmap.mmap(-1, self.span)
+        self.tensor = torch.frombuffer(self._map, dtype=torch.uint8)
         self.pinned = False
         offsets = [sum(spans[:i]) for i in range(len(spans))]
         self.regions = [HostRegion(self, self.tensor.narrow(0, o, s))
@@ -83,4 +86,5 @@ class HostArena:
         empty = torch.empty(0, dtype=torch.uint8)
         for region in self.regions:
             region.tensor, region.span = empty, 0
-        self.tensor = self._raw = empty
+        self.tensor = empty
+        self._map = None   # unmapped once the last view of it is gone
