@@ -111,8 +111,14 @@ def load_child(path: str, device: str) -> None:
     wb = weight_bytes(CheckpointTensorSource(path))
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     t = time.perf_counter()
-    model = load_checkpoint(path, device=device)
-    if device == "cuda":
+    if device == "engine":  # the product path: layers stream straight into pinned regions
+        from alpamayo_offload.engine import Engine, EngineConfig
+
+        model = Engine.from_config(EngineConfig(model=path, device="cuda", mode="pipelined")).model
+        torch.cuda.synchronize()
+    else:
+        model = load_checkpoint(path, device=device)
+    if device in ("cuda", "engine"):
         torch.cuda.synchronize()
     dt = time.perf_counter() - t
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
@@ -125,10 +131,15 @@ def load_child(path: str, device: str) -> None:
 
 def bench_load(path: str) -> list[dict]:
     results = []
-    for device in ("cpu", "cuda"):
+    for device in ("engine", "cpu", "cuda"):
         proc = subprocess.run([sys.executable, __file__, "--load-child", path, "--child-device",
-                               device], capture_output=True, text=True, check=True)
+                               device], capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            results.append({"device": device, "error": proc.stderr.strip()[-2000:]})
+            print(f"load to {device} failed:\n{proc.stderr.strip()[-2000:]}", flush=True)
+            continue
         results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+        print(results[-1], flush=True)
     return results
 
 
