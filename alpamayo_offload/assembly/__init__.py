@@ -5,6 +5,7 @@ from .assembler import (
     Pose,
     Selection,
     assemble,
+    check_resolution,
     decode_selection,
     future_ground_truth,
     select_inputs,
@@ -16,6 +17,7 @@ from .messages import EncodedImage, OdometrySample, image_from_msg, odometry_fro
 
 __all__ = [
     'AssemblyConfig', 'EncodedImage', 'InputError', 'ModelInput', 'OdometrySample', 'Pose',
-    'Selection', 'StampedBuffer', 'assemble', 'decode_image', 'decode_selection',
-    'future_ground_truth', 'image_from_msg', 'odometry_from_msg', 'select_inputs',
+    'Selection', 'StampedBuffer', 'assemble', 'check_resolution', 'decode_image',
+    'decode_selection', 'future_ground_truth', 'image_from_msg', 'odometry_from_msg',
+    'select_inputs',
 ]

@@ -6,7 +6,7 @@ node's timer thread never decodes; `assemble` does both for replay.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 
@@ -101,6 +101,7 @@ class ModelInput:
     odom_frame_id: str
     frame_stamps_ns: tuple[tuple[int, ...], ...]
     decode_s: float
+    source_hw: tuple[tuple[int, int], ...] = ()   # per camera: size as sent (before resizing)
 
 
 def select_inputs(
@@ -178,6 +179,7 @@ def decode_selection(sel: Selection, cfg: AssemblyConfig,
     if len(shapes) > 1:
         raise InputError(IMAGE_SIZE_MISMATCH, f'cameras differ in size {sorted(shapes)}; set '
                          'decode.image_height/width to resize them to one size')
+    source_hw = tuple(decoded[c * per_cam][1] for c in range(len(sel.camera_slots)))
     images = np.stack([px for px, _ in decoded]).reshape(
         (len(sel.camera_slots), per_cam) + decoded[0][0].shape)
     return ModelInput(
@@ -186,7 +188,25 @@ def decode_selection(sel: Selection, cfg: AssemblyConfig,
         odom_pose_t0=Pose(sel.ego_history_xyz[-1].copy(), sel.ego_history_rot[-1].copy()),
         odom_frame_id=sel.odom_frame_id,
         frame_stamps_ns=tuple(tuple(f.stamp_ns for f in cam) for cam in sel.frames),
-        decode_s=time.perf_counter() - start)
+        decode_s=time.perf_counter() - start, source_hw=source_hw)
+
+
+def check_resolution(known: MutableMapping[int, tuple[int, int]], inputs: ModelInput) -> None:
+    """Raise once per camera resolution change, then accept the new size (it is remembered).
+
+    Within one input a mixed size is caught by `decode_selection`; across inputs only this check
+    sees it, independent of which t0s a busy consumer happened to pick.
+    """
+    changed = [(slot, known[slot], hw) for slot, hw in zip(inputs.camera_indices, inputs.source_hw,
+                                                          strict=True)
+               if known.get(slot, hw) != hw]
+    known.update(zip(inputs.camera_indices, inputs.source_hw, strict=True))
+    if changed:
+        slot, old, new = changed[0]
+        raise InputError(IMAGE_SIZE_MISMATCH, f'camera slot {slot} changed resolution from '
+                         f'{old[1]}x{old[0]} to {new[1]}x{new[0]}; a camera must keep one '
+                         'resolution (its intrinsics change); this input is skipped, the new '
+                         'size is accepted from the next one')
 
 
 def assemble(cameras: Mapping[int, Sequence[EncodedImage]], odometry: Sequence[OdometrySample],

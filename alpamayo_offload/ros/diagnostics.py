@@ -37,6 +37,8 @@ class NodeStatus:
     model_state: str = 'loading'          # loading, ready, degraded, error
     model_message: str = ''
     engine_info: dict[str, Any] = field(default_factory=dict)
+    start_info: dict[str, Any] = field(default_factory=dict)   # what start-up resolved
+    start_warning: str = ''          # why the configured plan was changed at start-up
     stages: dict[str, float] = field(
         default_factory=lambda: dict.fromkeys(STAGE_KEYS, float('nan')))
     last_t0_ns: int = 0
@@ -48,8 +50,22 @@ class NodeStatus:
     last_skip_reason: str = ''
     input_level: int = 0
     input_message: str = 'no tick yet'
+    input_reason: str = ''                # reason code of the reported evaluation; '' = valid
+    input_serial: int = 0                 # which evaluation the input status reports
     inference_level: int = 0
     inference_message: str = 'no inference yet'
+
+
+    def report_input(self, serial: int, level: int, message: str, reason: str) -> None:
+        """Record the outcome of input evaluation `serial` unless a newer one is reported.
+
+        Selection (timer) and decoding (worker) finish out of order; without the serial a worker
+        finishing late would overwrite a newer tick's error with 'inputs valid'.
+        """
+        if serial < self.input_serial:
+            return
+        self.input_serial = serial
+        self.input_level, self.input_message, self.input_reason = level, message, reason
 
 
 def input_level(reason: str) -> int:
@@ -79,13 +95,16 @@ def build(node_name: str, stamp_ns: int, st: NodeStatus,
     """Three statuses: `<node>: inference`, `<node>: input`, `<node>: model`."""
     info = st.engine_info
     model_level = {'ready': OK, 'loading': OK, 'degraded': WARN}.get(st.model_state, ERROR)
-    resident = info.get('resident_layers', info.get('resident', {})) or {}
+    resident = info.get('resident_layers', {}) or {}
     model_values: dict[str, Any] = {
         'model_state': st.model_state, 'model': info.get('model', ''),
         'device': info.get('device', ''),
         'vram_used_bytes': info.get('vram_used_bytes', 0),
         'vram_budget_bytes': info.get('budget_bytes', 0) or 0,
-        **{f'resident_layers.{k}': v for k, v in dict(resident).items()},
+        'vram_required_bytes': info.get('required_bytes', 0) or 0,
+        'embed_on_host': info.get('embed_on_host', ''),
+        **{f'resident_layers.{k}': list(v) or 'none' for k, v in dict(resident).items()},
+        **st.start_info,
         **plan_info,
     }
     counters = {'ticks': st.ticks, 'ticks_dropped': st.ticks_dropped, 'inferences': st.inferences,
@@ -95,7 +114,7 @@ def build(node_name: str, stamp_ns: int, st: NodeStatus,
         _status(st.inference_level, f'{node_name}: inference', st.inference_message,
                 {**st.stages, **counters, 'model_state': st.model_state}),
         _status(st.input_level, f'{node_name}: input', st.input_message,
-                {'reason': st.last_skip_reason}),
+                {'reason': st.input_reason}),
         _status(model_level, f'{node_name}: model',
                 st.model_message or st.model_state, model_values),
     ])

@@ -28,6 +28,7 @@ from ..assembly import (
     InputError,
     Selection,
     StampedBuffer,
+    check_resolution,
     decode_selection,
     image_from_msg,
     odometry_from_msg,
@@ -36,6 +37,7 @@ from ..assembly import (
 from . import diagnostics as diag
 from . import params
 from .conversions import path_msg, to_odom_frame
+from .engine_loader import load_engine
 from .errors import ParameterError
 
 NODE_NAME = 'alpamayo_offload_node'
@@ -55,11 +57,13 @@ class AlpamayoOffloadNode(Node):
         self._status = diag.NodeStatus()
         self._engine: Any = None
         self._inflight: Future[None] | None = None
+        self._serial = 0   # numbers input evaluations, so a late worker never hides a newer one
         self._worker = ThreadPoolExecutor(1, thread_name_prefix='inference')
         self._decode_pool = ThreadPoolExecutor(self._cfg.decode_threads,
                                                thread_name_prefix='decode')
         self._cameras = {c.slot: StampedBuffer(self._cfg.camera_depth) for c in self._cfg.cameras}
         self._odometry = StampedBuffer(self._cfg.odometry_depth)
+        self._camera_hw: dict[int, tuple[int, int]] = {}   # source size per slot (worker only)
         for cam in self._cfg.cameras:
             self.create_subscription(CompressedImage if cam.compressed else Image, cam.topic,
                                      lambda m, s=cam.slot: self._cameras[s].push(image_from_msg(m)),
@@ -81,9 +85,7 @@ class AlpamayoOffloadNode(Node):
         """Load once, off the executor, so subscriptions and diagnostics keep running meanwhile."""
         start = time.perf_counter()
         try:
-            from ..engine import Engine, EngineConfig
-
-            engine = Engine.from_config(EngineConfig(**self._cfg.engine))
+            loaded = load_engine(self._cfg)
         except Exception as err:  # noqa: BLE001 - any load failure is reported, never raised
             self.get_logger().error(f'model load failed: {err}')
             with self._lock:
@@ -91,10 +93,13 @@ class AlpamayoOffloadNode(Node):
             self._publish_diagnostics()
             return
         with self._lock:
-            self._engine = engine
-            self._status.engine_info = dict(engine.info)
-            self._status.model_state = 'ready'
-            self._status.model_message = f'ready (loaded in {time.perf_counter() - start:.1f} s)'
+            self._engine = loaded.engine
+            self._status.engine_info = dict(loaded.engine.info)
+            self._status.start_info = dict(loaded.report)
+            self._status.start_warning = loaded.warning
+            self._status.model_state = 'degraded' if loaded.warning else 'ready'
+            self._status.model_message = (
+                f'{loaded.warning or "ready"} (loaded in {time.perf_counter() - start:.1f} s)')
         self.get_logger().info(self._status.model_message)
         self._publish_diagnostics()
 
@@ -113,19 +118,22 @@ class AlpamayoOffloadNode(Node):
             self._skip(diag.SKIP_IN_FLIGHT)
             return
         cfg = self._cfg
+        with self._lock:
+            self._serial += 1
+            serial = self._serial
         try:
             sel = select_inputs({s: b.snapshot() for s, b in self._cameras.items()},
                                 self._odometry.snapshot(), cfg.assembly,
                                 self.get_clock().now().nanoseconds)
         except InputError as err:
-            self._input_failed(err)
+            self._input_failed(err, serial)
             return
         with self._lock:
             if sel.t0_ns <= self._status.last_t0_ns:
                 self._status.last_skip_reason = diag.SKIP_NO_NEW_INPUT
             else:
                 self._status.last_t0_ns = sel.t0_ns
-                self._inflight = self._worker.submit(self._infer, sel, cfg)
+                self._inflight = self._worker.submit(self._infer, sel, cfg, serial)
                 return
         self._publish_diagnostics()
 
@@ -134,23 +142,25 @@ class AlpamayoOffloadNode(Node):
             self._status.last_skip_reason = reason
         self._publish_diagnostics()
 
-    def _input_failed(self, err: InputError) -> None:
+    def _input_failed(self, err: InputError, serial: int) -> None:
         with self._lock:
             self._status.input_errors += 1
-            self._status.input_level = diag.input_level(err.reason)
-            self._status.input_message = str(err)
             self._status.last_skip_reason = err.reason
+            self._status.report_input(serial, diag.input_level(err.reason), str(err), err.reason)
         self.get_logger().warning(str(err), throttle_duration_sec=2.0)
         self._publish_diagnostics()
 
     # --- worker: decode, infer, publish -------------------------------------------------------
-    def _infer(self, sel: Selection, cfg: params.NodeConfig) -> None:
+    def _infer(self, sel: Selection, cfg: params.NodeConfig, serial: int) -> None:
         start = time.perf_counter()
         try:
             inputs = decode_selection(sel, cfg.assembly, self._decode_pool)
+            check_resolution(self._camera_hw, inputs)
         except InputError as err:
-            self._input_failed(err)
+            self._input_failed(err, serial)
             return
+        with self._lock:
+            self._status.report_input(serial, diag.OK, 'inputs valid', '')
         try:
             result = self._engine.infer(inputs)
         except Exception as err:  # noqa: BLE001 - EngineInputError/EngineError and anything else
@@ -187,10 +197,9 @@ class AlpamayoOffloadNode(Node):
                 'stall_ms': stream.get('stall_ms', 0.0),
                 'bytes_streamed': stream.get('bytes_streamed', 0)})
             st.inferences += 1
-            st.model_state = 'ready'
+            st.model_state = 'degraded' if st.start_warning else 'ready'
             st.engine_info = dict(self._engine.info)
             st.inference_level, st.inference_message = diag.OK, 'path published'
-            st.input_level, st.input_message = diag.OK, 'inputs valid'
         self._publish_diagnostics()
 
     # --- diagnostics and parameters ----------------------------------------------------------

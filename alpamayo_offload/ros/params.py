@@ -1,7 +1,10 @@
 """The node's parameters: one declaration table, and the mapping to config dataclasses.
 
-`config/alpamayo_offload.yaml` holds the same keys (a test checks). A planner output file can be
-passed as a second parameter file; it sets `vram_budget`, `resident_layers.*` and `plan.*`.
+`config/alpamayo_offload.yaml` holds the same keys (a test checks). A planner output file
+(`alpamayo-offload plan`, the source of truth for its keys) can be passed as a second parameter
+file; it sets `vram_budget`, `resident_layers.*`, `embed_on_host` and `plan.*`. An empty
+resident list is written `[-1]` there (ROS cannot type an empty list); the planner's
+`resident_from_param` reads it.
 """
 from __future__ import annotations
 
@@ -13,21 +16,25 @@ from rclpy.node import Node
 from rclpy.parameter import Parameter
 
 from ..assembly import AssemblyConfig
+from ..planning import NO_LAYERS, PlanFileError, resident_from_param
 from .errors import ParameterError
+from .vram import check_budget_spec
 
 SEQUENCES = ('vit', 'lm', 'expert')
 TRANSPORTS = ('raw', 'compressed')
 
-# name -> (default, description). A `Parameter.Type` default declares a typed parameter without a
-# value (integer arrays that may be empty, which ROS cannot infer a type from).
+# name -> (default, description).
 PARAMETERS: dict[str, tuple[Any, str]] = {
     'model': ('tiny', "preset ('tiny') or checkpoint directory"),
     'device': ('cpu', "'cpu', 'cuda' or 'cuda:N'"),
     'mode': ('pipelined', "offload mode: 'preload', 'sequential' or 'pipelined'"),
-    'vram_budget': (0, 'VRAM budget in bytes (0: no budget)'),
-    **{f'resident_layers.{s}': (Parameter.Type.INTEGER_ARRAY,
-                                f'{s} layer indices kept on the GPU (planner output)')
+    'vram_budget': ('', '"12GiB", "free-2GiB" or "0.8free" (free VRAM at start-up, CUDA only); '
+                        '"": no budget'),
+    **{f'resident_layers.{s}': ([NO_LAYERS],
+                                f'{s} layer indices kept on the GPU (planner output); '
+                                f'[{NO_LAYERS}]: none')
        for s in SEQUENCES},
+    'embed_on_host': (False, 'keep the token embedding in host RAM (planner output)'),
     'tokenizer_dir': ('', 'tokenizer directory for the reasoning text (empty: ids only)'),
     'decode.max_tokens': (32, 'maximum chain-of-causation tokens'),
     'decode.fixed_tokens': (0, 'decode exactly this many tokens (0: stop at the end token)'),
@@ -49,6 +56,8 @@ PARAMETERS: dict[str, tuple[Any, str]] = {
     'output.publish_odom_path': (True, 'also publish the path in the odometry frame'),
     'output.odom_frame_id': ('', 'frame of that path (empty: the odometry header frame)'),
     'inference.period_s': (0.5, 'timer period; ticks are dropped while an inference runs'),
+    'inference.threads': (1, 'torch CPU threads (process-wide; 0: torch default, all cores); '
+                             'few keep callbacks and other processes responsive on small hosts'),
     'sync.frame_tolerance_s': (0.05, 'max distance of a chosen frame from its target time'),
     'sync.max_input_age_s': (1.0, 'skip when t0 is older than this'),
     'sync.max_camera_skew_s': (0.5, 'a camera this far behind the newest one has stopped'),
@@ -61,8 +70,9 @@ PARAMETERS: dict[str, tuple[Any, str]] = {
 
 # Changing these at run time would need a model reload or new subscriptions.
 RESTART_ONLY = frozenset(
-    {'model', 'device', 'mode', 'vram_budget', 'tokenizer_dir', 'images.decode_threads',
-     'odometry.topic', 'buffers.camera_depth', 'buffers.odometry_depth', 'diagnostics.period_s'}
+    {'model', 'device', 'mode', 'vram_budget', 'embed_on_host', 'tokenizer_dir',
+     'images.decode_threads', 'inference.threads', 'odometry.topic', 'buffers.camera_depth',
+     'buffers.odometry_depth', 'diagnostics.period_s'}
     | {k for k in PARAMETERS if k.startswith(('resident_layers.', 'decode.', 'cameras.'))})
 
 
@@ -79,7 +89,8 @@ class CameraInput:
 class NodeConfig:
     """Everything the node reads from parameters, validated once."""
 
-    engine: dict[str, Any]          # keyword arguments of engine.EngineConfig
+    engine: dict[str, Any]          # keyword arguments of engine.EngineConfig (budget_bytes aside)
+    vram_budget: str                # spec, resolved to bytes at start-up (`vram.resolve_budget`)
     assembly: AssemblyConfig
     cameras: tuple[CameraInput, ...]
     odometry_topic: str
@@ -88,6 +99,7 @@ class NodeConfig:
     odom_frame_id: str
     period_s: float
     decode_threads: int
+    torch_threads: int
     camera_depth: int
     odometry_depth: int
     diagnostics_period_s: float
@@ -97,6 +109,9 @@ class NodeConfig:
         for name in ('period_s', 'diagnostics_period_s'):
             if not getattr(self, name) > 0:
                 raise ParameterError(f'{name} = {getattr(self, name)} must be > 0 seconds')
+        if self.torch_threads < 0:
+            raise ParameterError(f'inference.threads {self.torch_threads} must be >= 0 '
+                                 '(0: torch default)')
         if self.decode_threads < 1 or self.camera_depth < 4 or self.odometry_depth < 2:
             raise ParameterError(f'images.decode_threads {self.decode_threads} must be >= 1, '
                                  f'buffers.camera_depth {self.camera_depth} >= 4, '
@@ -106,7 +121,7 @@ class NodeConfig:
 def declare(node: Node) -> list[str]:
     """Declare every parameter of the table plus the `plan.*` overrides; returns all names."""
     for name, (default, text) in PARAMETERS.items():
-        desc = ParameterDescriptor(description=text, dynamic_typing=name == 'vram_budget')
+        desc = ParameterDescriptor(description=text)
         node.declare_parameter(name, default, desc)
     # rclpy has no public accessor for overrides; plan.* keys are free-form planner output.
     plan = sorted(n for n in node._parameter_overrides if n.startswith('plan.'))
@@ -139,18 +154,26 @@ def _build(v: dict[str, Any]) -> NodeConfig:
     if (h == 0) != (w == 0) or h < 0 or w < 0:
         raise ParameterError(f'images.height {h} / images.width {w}: both > 0, or both 0 (native)')
     budget = v['vram_budget']
-    if not isinstance(budget, (int, float)) or isinstance(budget, bool) or budget < 0:
-        raise ParameterError(f'vram_budget {budget!r} must be a number of bytes >= 0')
+    if not isinstance(budget, str):
+        raise ParameterError(f'vram_budget {budget!r} must be a string such as "12GiB", '
+                             '"free-2GiB", "0.8free" or "" (none)')
+    check_budget_spec(budget.strip(), str(v['device']))
     if v['mode'] not in ('preload', 'sequential', 'pipelined'):
         raise ParameterError(f"mode {v['mode']!r} must be 'preload', 'sequential' or 'pipelined'")
     offset = tuple(float(x) for x in v['odometry.rear_axle_offset'])
     if len(offset) != 3:
         raise ParameterError(f'odometry.rear_axle_offset {offset} must be [x, y, z] metres')
-    resident = {s: tuple(int(i) for i in v[f'resident_layers.{s}'] or ())
-                for s in SEQUENCES if v.get(f'resident_layers.{s}')}
+    resident = {}
+    for s in SEQUENCES:
+        try:
+            indices = resident_from_param(v[f'resident_layers.{s}'] or [])
+        except PlanFileError as err:
+            raise ParameterError(f'resident_layers.{s}: {err}') from err
+        if indices:
+            resident[s] = indices
     engine = {
         'model': str(v['model']), 'device': str(v['device']), 'mode': v['mode'],
-        'budget_bytes': int(budget) or None, 'resident': resident,
+        'resident': resident, 'embed_on_host': bool(v['embed_on_host']),
         'tokenizer_dir': v['tokenizer_dir'] or None,
         'max_decode_tokens': int(v['decode.max_tokens']),
         'fixed_decode_tokens': int(v['decode.fixed_tokens']) or None,
@@ -165,13 +188,14 @@ def _build(v: dict[str, Any]) -> NodeConfig:
         max_camera_skew_s=float(v['sync.max_camera_skew_s']),
         image_size_hw=(h, w) if h else None)
     return NodeConfig(
-        engine=engine, assembly=assembly,
+        engine=engine, vram_budget=budget.strip(), assembly=assembly,
         cameras=tuple(CameraInput(s, t, tr == 'compressed')
                       for s, t, tr in zip(slots, topics, transports, strict=True)),
         odometry_topic=str(v['odometry.topic']), output_frame_id=str(v['output.frame_id']),
         publish_odom_path=bool(v['output.publish_odom_path']),
         odom_frame_id=str(v['output.odom_frame_id']), period_s=float(v['inference.period_s']),
         decode_threads=int(v['images.decode_threads']),
+        torch_threads=int(v['inference.threads']),
         camera_depth=int(v['buffers.camera_depth']),
         odometry_depth=int(v['buffers.odometry_depth']),
         diagnostics_period_s=float(v['diagnostics.period_s']),

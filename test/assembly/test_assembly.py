@@ -14,6 +14,7 @@ from alpamayo_offload.assembly import (
     OdometrySample,
     StampedBuffer,
     assemble,
+    check_resolution,
     decode_image,
     future_ground_truth,
     select_inputs,
@@ -230,6 +231,22 @@ def test_assemble_shapes_and_size_mismatch() -> None:
     cams[2][-2] = raw_frame(cams[2][-2].stamp_ns, w=48)   # one frame changes resolution
     with pytest.raises(InputError, match='image_size_mismatch'):
         assemble(cams, odometry(), AssemblyConfig(image_size_hw=(8, 16)))
+
+
+def test_resolution_change_between_inputs_is_reported_once() -> None:
+    cfg = AssemblyConfig(image_size_hw=(8, 16))
+    known: dict[int, tuple[int, int]] = {}
+    mi = assemble(cameras(), odometry(), cfg)
+    assert mi.source_hw == ((16, 32),) * 4
+    check_resolution(known, mi)
+    check_resolution(known, mi)                       # same sizes: accepted
+    cams = cameras()
+    cams[6] = [raw_frame(f.stamp_ns, w=48, h=24) for f in cams[6]]   # all 4 frames: new size
+    wider = assemble(cams, odometry(), cfg)           # consistent within the input, resized
+    with pytest.raises(InputError, match='camera slot 6 changed resolution from 32x16 to 48x24'):
+        check_resolution(known, wider)
+    check_resolution(known, wider)                    # the new size is accepted from now on
+    assert known[6] == (24, 48)
 
 
 def test_buffer_is_bounded_sorted_and_deduplicated() -> None:

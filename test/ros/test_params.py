@@ -32,24 +32,34 @@ def test_yaml_keys_match_declared_parameters() -> None:
 
 def test_yaml_defaults_equal_declared_defaults() -> None:
     for name, value in yaml_values().items():
-        default = params.PARAMETERS[name][0]
-        if isinstance(default, Parameter.Type):
-            assert value == []
-        else:
-            assert value == default, name
+        assert value == params.PARAMETERS[name][0], name
 
 
 def test_default_config_and_planner_overrides() -> None:
     values = yaml_values()
     cfg = params.config_from_values(values)
-    assert cfg.engine['resident'] == {} and cfg.engine['budget_bytes'] is None
+    assert cfg.engine['resident'] == {} and cfg.vram_budget == ''
+    assert cfg.engine['embed_on_host'] is False and cfg.torch_threads == 1
     assert [c.slot for c in cfg.cameras] == [0, 1, 2, 6]
-    planner = {'vram_budget': 12 * 2**30, 'resident_layers.lm': [0, 3, 6],
-               'resident_layers.vit': [1], 'plan.predicted_latency_s': 2.5}
+    planner = {'vram_budget': '12.000GiB', 'resident_layers.lm': [6, 0, 3],
+               'resident_layers.vit': [1], 'resident_layers.expert': [-1],
+               'embed_on_host': True, 'plan.predicted_latency_s': 2.5}
     cfg = params.config_from_values(values | planner)
     assert cfg.engine['resident'] == {'lm': (0, 3, 6), 'vit': (1,)}
-    assert cfg.engine['budget_bytes'] == 12 * 2**30
+    assert cfg.engine['embed_on_host'] is True
+    assert cfg.vram_budget == '12.000GiB'
     assert cfg.plan_info == {'plan.predicted_latency_s': 2.5}
+
+
+def test_relative_budget_needs_cuda_and_says_so() -> None:
+    values = yaml_values() | {'vram_budget': 'free-2GiB'}
+    with pytest.raises(ParameterError, match=r"relative to free VRAM.*device is 'cpu'"):
+        params.config_from_values(values)
+    assert params.config_from_values(values | {'device': 'cuda'}).vram_budget == 'free-2GiB'
+    with pytest.raises(ParameterError, match='vram_budget'):
+        params.config_from_values(yaml_values() | {'vram_budget': '12 parsecs'})
+    with pytest.raises(ParameterError, match='vram_budget'):
+        params.config_from_values(yaml_values() | {'vram_budget': 12 * 2**30})
 
 
 @pytest.mark.parametrize(('key', 'value', 'match'), [
@@ -59,6 +69,8 @@ def test_default_config_and_planner_overrides() -> None:
     ('mode', 'fast', 'mode'),
     ('sync.frame_tolerance_s', -1.0, 'frame_tolerance_s'),
     ('inference.period_s', 0.0, 'period_s'),
+    ('inference.threads', -1, 'inference.threads'),
+    ('resident_layers.lm', [0, -1], 'resident_layers.lm'),
 ])
 def test_bad_values_are_rejected_with_the_name(key: str, value: object, match: str) -> None:
     with pytest.raises(ParameterError, match=match):
