@@ -140,7 +140,7 @@ def run_session(bag: Path, *, param_files: list[Path] | None = None,
 
 def _model_settled(result: SessionResult) -> bool:
     models = result.status('model')
-    return bool(models) and models[-1].values.get('model_state') in ('ready', 'error')
+    return bool(models) and models[-1].values.get('model_state') in ('ready', 'degraded', 'error')
 
 
 def _subscribe(node: Node, result: SessionResult) -> None:
