@@ -36,27 +36,31 @@ def quat_to_matrix(q_xyzw: np.ndarray) -> np.ndarray:
 def matrix_to_quat(m: np.ndarray) -> np.ndarray:
     """Rotation matrices (..., 3, 3) to unit quaternions (..., 4) x, y, z, w with w >= 0."""
     m = np.asarray(m, dtype=np.float64)
-    flat = m.reshape(-1, 3, 3)
-    out = np.empty((flat.shape[0], 4))
-    for i, r in enumerate(flat):
-        # Shepperd's method: pivot on the largest of trace and diagonal for numerical stability.
-        t = np.trace(r)
-        k = int(np.argmax([t, r[0, 0], r[1, 1], r[2, 2]]))
-        if k == 0:
-            s = 2.0 * np.sqrt(1.0 + t)
-            q = [(r[2, 1] - r[1, 2]) / s, (r[0, 2] - r[2, 0]) / s, (r[1, 0] - r[0, 1]) / s, s / 4]
-        elif k == 1:
-            s = 2.0 * np.sqrt(1.0 + r[0, 0] - r[1, 1] - r[2, 2])
-            q = [s / 4, (r[0, 1] + r[1, 0]) / s, (r[0, 2] + r[2, 0]) / s, (r[2, 1] - r[1, 2]) / s]
-        elif k == 2:
-            s = 2.0 * np.sqrt(1.0 + r[1, 1] - r[0, 0] - r[2, 2])
-            q = [(r[0, 1] + r[1, 0]) / s, s / 4, (r[1, 2] + r[2, 1]) / s, (r[0, 2] - r[2, 0]) / s]
-        else:
-            s = 2.0 * np.sqrt(1.0 + r[2, 2] - r[0, 0] - r[1, 1])
-            q = [(r[0, 2] + r[2, 0]) / s, (r[1, 2] + r[2, 1]) / s, s / 4, (r[1, 0] - r[0, 1]) / s]
-        qa = np.asarray(q)
-        out[i] = (qa if qa[3] >= 0 else -qa) / np.linalg.norm(qa)
-    return out.reshape(m.shape[:-2] + (4,))
+    r = m.reshape(-1, 3, 3)
+    d0, d1, d2 = r[:, 0, 0], r[:, 1, 1], r[:, 2, 2]
+    # Shepperd's method: pivot on the largest of trace and diagonal for numerical stability;
+    # all four candidates are computed (vectorised) and the pivot's row is kept.
+    pivots = np.stack([d0 + d1 + d2, d0, d1, d2], axis=1)
+    k = pivots.argmax(axis=1)
+    s = 2.0 * np.sqrt(np.maximum(1.0 + np.stack(
+        [d0 + d1 + d2, d0 - d1 - d2, d1 - d0 - d2, d2 - d0 - d1], axis=1), 1e-300))
+    a21, a12 = r[:, 2, 1], r[:, 1, 2]
+    a02, a20 = r[:, 0, 2], r[:, 2, 0]
+    a10, a01 = r[:, 1, 0], r[:, 0, 1]
+    cand = np.stack([
+        np.stack([(a21 - a12) / s[:, 0], (a02 - a20) / s[:, 0], (a10 - a01) / s[:, 0],
+                  s[:, 0] / 4], axis=1),
+        np.stack([s[:, 1] / 4, (a01 + a10) / s[:, 1], (a02 + a20) / s[:, 1],
+                  (a21 - a12) / s[:, 1]], axis=1),
+        np.stack([(a01 + a10) / s[:, 2], s[:, 2] / 4, (a12 + a21) / s[:, 2],
+                  (a02 - a20) / s[:, 2]], axis=1),
+        np.stack([(a02 + a20) / s[:, 3], (a12 + a21) / s[:, 3], s[:, 3] / 4,
+                  (a10 - a01) / s[:, 3]], axis=1),
+    ], axis=1)
+    q = cand[np.arange(len(r)), k]
+    q = np.where(q[:, 3:4] < 0, -q, q)
+    q /= np.linalg.norm(q, axis=1, keepdims=True)
+    return q.reshape(m.shape[:-2] + (4,))
 
 
 def slerp(q0: np.ndarray, q1: np.ndarray, u: float) -> np.ndarray:

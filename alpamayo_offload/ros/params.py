@@ -8,6 +8,7 @@ resident list is written `[-1]` there (ROS cannot type an empty list); the plann
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +22,7 @@ from .errors import ParameterError
 from .vram import check_budget_spec
 
 SEQUENCES = ('vit', 'lm', 'expert')
+MAX_AUTO_DECODE_THREADS = 16   # 4 cameras x 4 frames
 TRANSPORTS = ('raw', 'compressed')
 
 # name -> (default, description).
@@ -42,7 +44,8 @@ PARAMETERS: dict[str, tuple[Any, str]] = {
     'decode.seed': (0, 'sampling seed'),
     'images.height': (320, 'height images are resized to before the model (0: native)'),
     'images.width': (576, 'width images are resized to before the model (0: native)'),
-    'images.decode_threads': (2, 'threads decoding the 16 frames of one inference'),
+    'images.decode_threads': (0, 'threads decoding the 16 frames of one inference in parallel '
+                                 f'(0: one per core, at most {MAX_AUTO_DECODE_THREADS})'),
     'cameras.slots': ([0, 1, 2, 6], 'Alpamayo camera index of each camera topic'),
     'cameras.topics': (['~/input/camera_0/image', '~/input/camera_1/image',
                         '~/input/camera_2/image', '~/input/camera_6/image'],
@@ -194,12 +197,19 @@ def _build(v: dict[str, Any]) -> NodeConfig:
         odometry_topic=str(v['odometry.topic']), output_frame_id=str(v['output.frame_id']),
         publish_odom_path=bool(v['output.publish_odom_path']),
         odom_frame_id=str(v['output.odom_frame_id']), period_s=float(v['inference.period_s']),
-        decode_threads=int(v['images.decode_threads']),
+        decode_threads=_decode_threads(int(v['images.decode_threads'])),
         torch_threads=int(v['inference.threads']),
         camera_depth=int(v['buffers.camera_depth']),
         odometry_depth=int(v['buffers.odometry_depth']),
         diagnostics_period_s=float(v['diagnostics.period_s']),
         plan_info={k: val for k, val in v.items() if k.startswith('plan.')})
+
+
+def _decode_threads(value: int) -> int:
+    """0 means one per core (PIL releases the GIL while decoding), at most one per frame."""
+    if value < 0:
+        raise ParameterError(f'images.decode_threads {value} must be >= 1, or 0 for one per core')
+    return value or min(MAX_AUTO_DECODE_THREADS, os.cpu_count() or 1)
 
 
 def read(node: Node, names: list[str]) -> dict[str, Any]:
