@@ -1,16 +1,32 @@
 """Build the engine the node runs: torch threads, the VRAM budget resolved now, the plan checked.
 
-Runs in the node's load thread (never at import): it is the only place the node touches torch
-and CUDA before the first inference.
+Runs in the node's load thread (never at import). With a "free VRAM minus a margin" budget the
+configured plan (a planner file written while something else held the GPU) may no longer fit
+when the node starts. Then, in order: re-plan for the budget from the profile the plan file
+names (`plan.profile`), else stream every layer with the embedding in host RAM (the least VRAM
+the engine can run in), each step reported as a warning; only if even that does not fit does
+loading fail.
 """
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..planning import (
+    PlannerOptions,
+    PlanningError,
+    check_profile,
+    format_bytes,
+    load_profile,
+    plan,
+)
+from ..planning.collect import model_identity
+from ..planning.params import split_profile_ref
+from ..runtime.errors import BudgetError as RuntimeBudgetError
 from .params import NodeConfig
-from .vram import resolve_budget
+from .vram import ResolvedBudget, resolve_budget
 
 LOG = logging.getLogger(__name__)
 
@@ -20,15 +36,20 @@ class LoadedEngine:
     """The engine and what start-up decided, for diagnostics."""
 
     engine: Any                 # engine.Engine (imported lazily: torch is heavy)
-    report: dict[str, Any]      # budget spec, free VRAM at start, resolved budget, threads
+    report: dict[str, Any]      # budget spec, free VRAM at start, resolved budget, threads, plan
     warning: str                # '' unless the configured plan had to change
 
 
-def load_engine(cfg: NodeConfig) -> LoadedEngine:
-    """Set torch's threads, resolve `vram_budget` on the device and load the model."""
-    import torch
+@dataclass(frozen=True)
+class _Plan:
+    resident: Mapping[str, Sequence[int]]
+    embed_on_host: bool
+    source: str                 # 'configured', 're-planned from <profile>', 'stream everything'
 
-    from ..engine import Engine, EngineConfig
+
+def load_engine(cfg: NodeConfig) -> LoadedEngine:
+    """Set torch's threads, resolve `vram_budget` on the device and load a plan that fits it."""
+    import torch
 
     if cfg.torch_threads:
         torch.set_num_threads(cfg.torch_threads)
@@ -39,5 +60,91 @@ def load_engine(cfg: NodeConfig) -> LoadedEngine:
         'vram_free_at_start_bytes': budget.free_bytes or 0,
         'inference_threads': torch.get_num_threads(),
     }
-    engine = Engine.from_config(EngineConfig(**cfg.engine, budget_bytes=budget.budget_bytes))
-    return LoadedEngine(engine, report, '')
+    configured = _Plan(cfg.engine['resident'], cfg.engine['embed_on_host'], 'configured')
+    fallbacks: list[Callable[[], _Plan | None]] = [
+        lambda: _replan(str(cfg.plan_info.get('plan.profile', '')), budget, cfg.engine['model'],
+                        _gpu_name(cfg.engine['device'])),
+        lambda: _Plan({}, True, 'stream everything, embedding in host RAM'),
+    ]
+    engine, refusals = _first_that_fits(cfg, budget, configured, fallbacks)
+    chosen = engine.info
+    report['plan_source'] = refusals[-1][0] if refusals else configured.source
+    warning = ''
+    if refusals:
+        warning = (f'configured plan does not fit vram_budget {budget.spec!r} = '
+                   f'{format_bytes(budget.budget_bytes or 0)} at start-up ({_free(budget)}): '
+                   f'{refusals[0][1]}; running "{report["plan_source"]}" instead (resident '
+                   f'{chosen["resident_layers"]}); re-run `alpamayo-offload plan --budget '
+                   f'{budget.spec}` with the simulator running')
+        LOG.warning('%s', warning)
+    return LoadedEngine(engine, report, warning)
+
+
+def _first_that_fits(cfg: NodeConfig, budget: ResolvedBudget, configured: _Plan,
+                     fallbacks: list[Callable[[], _Plan | None]]
+                     ) -> tuple[Any, list[tuple[str, str]]]:
+    """Build the engine with the configured plan, else with each fallback that yields a plan.
+
+    The runtime refuses a plan over budget before it moves anything; `Engine.from_config` then
+    raises, so a refused first plan costs one more model load (the fallback path only).
+    """
+    from ..engine import Engine, EngineConfig, EngineError
+
+    refusals: list[tuple[str, str]] = []   # (plan tried next, why the previous one was refused)
+    pending = list(fallbacks)
+    candidate: _Plan | None = configured
+    while candidate is not None:
+        try:
+            engine = Engine.from_config(EngineConfig(
+                **{**cfg.engine, 'resident': candidate.resident,
+                   'embed_on_host': candidate.embed_on_host},
+                budget_bytes=budget.budget_bytes))
+            return engine, refusals
+        except EngineError as err:
+            if not isinstance(err.__cause__, RuntimeBudgetError) or not pending:
+                raise
+            reason = str(err)
+        candidate = None
+        while candidate is None and pending:
+            candidate = pending.pop(0)()
+        if candidate is not None:
+            refusals.append((candidate.source, reason))
+    raise AssertionError('unreachable: the last fallback always yields a plan')
+
+
+def _replan(profile_ref: str, budget: ResolvedBudget, model: str,
+            gpu_name: str | None) -> _Plan | None:
+    """Return the planner's placement for this budget from the plan file's profile, if usable.
+
+    The profile must be the one the plan was made from (same sha256), of this model and GPU.
+    """
+    if not profile_ref or budget.budget_bytes is None:
+        return None
+    try:
+        path, digest = split_profile_ref(profile_ref)
+        profile, actual = load_profile(path)
+        if digest != actual:
+            LOG.warning('plan.profile %s changed since the plan was written (sha256 %s, now %s); '
+                        'not re-planning from it', path, digest[:12], actual[:12])
+            return None
+        check_profile(profile, gpu_name=gpu_name, model_identity=model_identity(model))
+        result = plan(profile, budget.budget_bytes, PlannerOptions())
+    except PlanningError as err:
+        LOG.warning('cannot re-plan from plan.profile %r: %s', profile_ref, err)
+        return None
+    placement = result.placement
+    return _Plan({m: placement.indices(m) for m in ('vit', 'lm', 'expert')},
+                 placement.embed_on_host, f're-planned from {path}')
+
+
+def _gpu_name(device: str) -> str | None:
+    if not device.startswith('cuda'):
+        return None
+    import torch
+
+    return str(torch.cuda.get_device_name(torch.device(device)))
+
+
+def _free(budget: ResolvedBudget) -> str:
+    return 'no free-VRAM measurement' if budget.free_bytes is None else \
+        f'{format_bytes(budget.free_bytes)} free'

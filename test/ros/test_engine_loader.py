@@ -1,0 +1,95 @@
+"""Start-up planning of the node: budget resolved, configured plan kept, re-planned or degraded.
+
+The real tiny engine on CPU (the runtime accounts a CPU "device" budget the same way).
+"""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from alpamayo_offload.engine import EngineError
+from alpamayo_offload.planning import PlannerOptions, plan, save_profile
+from alpamayo_offload.planning.paper import table3_profile
+from alpamayo_offload.planning.params import profile_ref
+from alpamayo_offload.ros import params
+from alpamayo_offload.ros.engine_loader import _replan, load_engine
+from alpamayo_offload.ros.vram import ResolvedBudget
+
+ALL_RESIDENT = {'resident_layers.vit': [0, 1, 2, 3], 'resident_layers.lm': [0, 1, 2],
+                'resident_layers.expert': [0, 1, 2]}
+
+
+def config(**values: object) -> params.NodeConfig:
+    defaults = {name: default for name, (default, _) in params.PARAMETERS.items()}
+    return params.config_from_values(defaults | values)
+
+
+@pytest.fixture(scope='module')
+def streaming_bytes() -> int:
+    """VRAM the tiny engine needs with nothing resident and the embedding in host RAM."""
+    loaded = load_engine(config(embed_on_host=True))
+    return int(loaded.engine.info['required_bytes'])
+
+
+def test_configured_plan_within_budget_is_kept() -> None:
+    loaded = load_engine(config(vram_budget='1GiB', **ALL_RESIDENT))
+    assert loaded.warning == '' and loaded.report['plan_source'] == 'configured'
+    assert loaded.engine.info['resident_layers'] == {'vit': [0, 1, 2, 3], 'lm': [0, 1, 2],
+                                                     'expert': [0, 1, 2]}
+    assert loaded.report['vram_budget_resolved_bytes'] == 2**30
+    assert loaded.report['inference_threads'] == 1
+
+
+def test_plan_over_budget_degrades_to_streaming_with_the_reason(streaming_bytes: int) -> None:
+    budget = streaming_bytes + 1000          # streaming fits, all-resident does not
+    loaded = load_engine(config(vram_budget=str(budget), **ALL_RESIDENT))
+    info = loaded.engine.info
+    assert info['resident_layers'] == {'vit': [], 'lm': [], 'expert': []}
+    assert info['embed_on_host'] is True and info['required_bytes'] <= budget
+    assert loaded.report['plan_source'] == 'stream everything, embedding in host RAM'
+    assert 'does not fit' in loaded.warning and 'alpamayo-offload plan --budget' in loaded.warning
+
+
+def test_budget_below_the_minimum_fails_naming_the_shortfall(streaming_bytes: int) -> None:
+    with pytest.raises(EngineError, match='over by'):
+        load_engine(config(vram_budget=str(streaming_bytes // 2), **ALL_RESIDENT))
+
+
+def test_replan_takes_the_planner_placement_only_from_the_matching_profile(
+        tmp_path: Path) -> None:
+    profile = dataclasses.replace(table3_profile(), model_identity='preset:full')
+    path = tmp_path / 'profile.json'
+    ref = profile_ref(path, save_profile(profile, path))
+    budget = ResolvedBudget('free-2GiB', 10 * 2**30, 12 * 2**30)
+    got = _replan(ref, budget, 'full', None)
+    want = plan(profile, 10 * 2**30, PlannerOptions()).placement
+    assert got is not None and got.source == f're-planned from {path}'
+    assert {m: tuple(v) for m, v in got.resident.items()} == \
+        {m: want.indices(m) for m in ('vit', 'lm', 'expert')}
+    assert _replan(ref, budget, 'tiny', None) is None                 # another model
+    assert _replan(str(path) + '#sha256=00', budget, 'full', None) is None   # file changed
+    assert _replan('', budget, 'full', None) is None
+
+
+@pytest.mark.cuda
+def test_on_the_gpu_a_plan_over_the_start_budget_is_replanned_or_degraded(
+        tmp_path: Path) -> None:
+    from alpamayo_offload.planning.gpu_profile import run_profile
+
+    profile = run_profile(model='tiny', device='cuda', decode_tokens=4, diffusion_steps=2,
+                          warmup=1, seed=0)
+    path = tmp_path / 'profile.json'
+    ref = profile_ref(path, save_profile(profile, path))
+    minimal = load_engine(config(device='cuda', embed_on_host=True))
+    floor = int(minimal.engine.info['required_bytes'])
+    minimal.engine.close()
+    loaded = load_engine(config(device='cuda', vram_budget=str(floor + 4096),
+                                **{'plan.profile': ref}, **ALL_RESIDENT))
+    assert loaded.warning and loaded.report['plan_source'] != 'configured'
+    assert loaded.engine.info['required_bytes'] <= floor + 4096
+    free = load_engine(config(device='cuda', vram_budget='free-1GiB'))
+    assert free.report['vram_free_at_start_bytes'] > 2**30
+    assert free.report['vram_budget_resolved_bytes'] == \
+        free.report['vram_free_at_start_bytes'] - 2**30
