@@ -156,3 +156,20 @@ def test_cuda_offload_matches_preload_bit_for_bit(mode, resident) -> None:
     for got in runs:
         assert np.array_equal(got.samples_xyz, ref.samples_xyz)
         assert got.coc_token_ids == ref.coc_token_ids
+
+
+@pytest.mark.cuda
+def test_cuda_embedding_on_host_matches_preload_bit_for_bit() -> None:
+    """The planner may keep the token embedding on the host: same tokens, same trajectory."""
+    cfg = dict(model='tiny', device='cuda', fixed_decode_tokens=6, diffusion_steps=4,
+               deterministic=True)
+    inputs = example_input(216, 384)
+    engine = Engine.from_config(EngineConfig(mode='preload', **cfg))
+    try:
+        ref = engine.infer(inputs)
+        engine.replan(resident={'lm': (1,)}, mode='pipelined', embed_on_host=True)
+        got = engine.infer(inputs)
+    finally:
+        engine.close()
+    assert got.coc_token_ids == ref.coc_token_ids
+    assert np.array_equal(got.samples_xyz, ref.samples_xyz)
