@@ -15,7 +15,7 @@ $(STAMP): setup.py constraints.txt
 	touch $(STAMP)
 
 demo: venv
-	$(PY) -m alpamayo_offload.demo
+	$(PY) -m alpamayo_offload.ros.demo
 
 test: venv
 	$(PY) -m pytest -q
