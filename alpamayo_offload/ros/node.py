@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -37,18 +38,20 @@ from ..assembly import (
 from . import diagnostics as diag
 from . import params
 from .conversions import path_msg, to_odom_frame
-from .engine_loader import load_engine
+from .engine_loader import LoadedEngine, load_engine
 from .errors import ParameterError
 
 NODE_NAME = 'alpamayo_offload_node'
+EngineLoader = Callable[[params.NodeConfig], LoadedEngine]
 _STAGES = ('preprocess', 'vision', 'prefill', 'decode', 'diffusion', 'postprocess')
 
 
 class AlpamayoOffloadNode(Node):
     """The ROS 2 face of the engine; see the module docstring for the threading model."""
 
-    def __init__(self) -> None:
+    def __init__(self, engine_loader: EngineLoader = load_engine) -> None:
         super().__init__(NODE_NAME)
+        self._engine_loader = engine_loader
         self._names = params.declare(self)
         self._values = params.read(self, self._names)
         self._cfg = params.config_from_values(self._values)
@@ -85,7 +88,7 @@ class AlpamayoOffloadNode(Node):
         """Load once, off the executor, so subscriptions and diagnostics keep running meanwhile."""
         start = time.perf_counter()
         try:
-            loaded = load_engine(self._cfg)
+            loaded = self._engine_loader(self._cfg)
         except Exception as err:  # noqa: BLE001 - any load failure is reported, never raised
             self.get_logger().error(f'model load failed: {err}')
             with self._lock:
@@ -227,13 +230,17 @@ class AlpamayoOffloadNode(Node):
         self._decode_pool.shutdown(wait=True)
 
 
-def main(args: list[str] | None = None) -> None:
-    """Entry point of `alpamayo_offload_node` and `python -m alpamayo_offload.ros.node`."""
+def main(args: list[str] | None = None, engine_loader: EngineLoader = load_engine) -> None:
+    """Entry point of `alpamayo_offload_node` and `python -m alpamayo_offload.ros.node`.
+
+    `engine_loader` is the seam for tests that need an engine with a known answer (a planted
+    trajectory); the installed entry point always loads the real engine.
+    """
     logging.basicConfig(level=logging.INFO, format='[%(name)s] %(message)s')
     rclpy.init(args=args)
     node = None
     try:
-        node = AlpamayoOffloadNode()
+        node = AlpamayoOffloadNode(engine_loader)
         rclpy.spin(node)
     except ParameterError as err:
         logging.getLogger(__name__).error('invalid parameters: %s', err)

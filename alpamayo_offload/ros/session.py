@@ -96,8 +96,15 @@ def node_command(param_files: list[Path], overrides: dict[str, str], remaps: dic
 def run_session(bag: Path, *, param_files: list[Path] | None = None,
                 overrides: dict[str, str] | None = None, remaps: dict[str, str] | None = None,
                 ready_timeout_s: float = 60.0, tail_s: float = 1.5, rate: float = 1.0,
-                command: tuple[str, ...] | None = None) -> SessionResult:
-    """Start the node, wait until its model is ready, play `bag` (restamped), collect, stop."""
+                command: tuple[str, ...] | None = None, sim_time: bool = False
+                ) -> SessionResult:
+    """Start the node, wait until its model is ready, play `bag`, collect, stop.
+
+    By default the bag is restamped to wall time; with `sim_time` it keeps its stamps, the player
+    publishes `/clock` and the node runs with use_sim_time (how it runs with a simulator).
+    """
+    if sim_time:
+        overrides = {'use_sim_time': 'true', **(overrides or {})}
     files = param_files if param_files is not None else [default_params_file()]
     cmd = node_command(files, overrides or {}, remaps or {}, command or NODE_COMMAND)
     result = SessionResult()
@@ -109,13 +116,14 @@ def run_session(bag: Path, *, param_files: list[Path] | None = None,
         node = Node('session_collector', context=ctx)
         executor = SingleThreadedExecutor(context=ctx)
         executor.add_node(node)
-        _subscribe(node, result)
+        _subscribe(node, result, remaps or {})
         deadline = time.monotonic() + ready_timeout_s
         while not _model_settled(result) and time.monotonic() < deadline and proc.poll() is None:
             executor.spin_once(timeout_sec=0.1)
         player = subprocess.Popen(
-            [sys.executable, '-m', 'alpamayo_offload.ros.bag_player', str(bag), '--restamp',
-             '--rate', str(rate), '--wait-for-subscribers', '3'],
+            [sys.executable, '-m', 'alpamayo_offload.ros.bag_player', str(bag),
+             '--clock' if sim_time else '--restamp', '--rate', str(rate),
+             '--wait-for-subscribers', '3'],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         while player.poll() is None:
             executor.spin_once(timeout_sec=0.05)
@@ -143,8 +151,9 @@ def _model_settled(result: SessionResult) -> bool:
     return bool(models) and models[-1].values.get('model_state') in ('ready', 'degraded', 'error')
 
 
-def _subscribe(node: Node, result: SessionResult) -> None:
-    for topic in (f'/{NODE_NAME}/output/path', f'/{NODE_NAME}/output/path_odom'):
+def _subscribe(node: Node, result: SessionResult, remaps: dict[str, str]) -> None:
+    outputs = ('~/output/path', '~/output/path_odom')
+    for topic in (remaps.get(o, f'/{NODE_NAME}/{o[2:]}') for o in outputs):
         node.create_subscription(PathMsg, topic, lambda m, t=topic: result.paths.append(
             _path_record(t, m)), 10)
 

@@ -39,6 +39,7 @@ class DriveConfig:
     jitter_s: float = 0.0              # uniform +- jitter on camera stamps
     odom_rate_hz: float = 50.0
     camera_slots: tuple[int, ...] = (0, 1, 2, 6)
+    camera_ids: tuple[str, ...] = ()   # per slot, for '{id}' in the two templates below
     camera_topic: str = '/sensing/camera_{slot}/image'   # '/compressed' is appended if compressed
     camera_frame_id: str = 'camera_{slot}'
     odom_topic: str = '/localization/odometry'
@@ -69,13 +70,26 @@ class DriveConfig:
                 raise ValueError(f'{name} = {getattr(self, name)} must be > 0')
         if self.fault and self.fault not in FAULTS:
             raise ValueError(f'fault {self.fault!r} must be empty or one of {FAULTS}')
+        if self.camera_ids and len(self.camera_ids) != len(self.camera_slots):
+            raise ValueError(f'camera_ids {self.camera_ids} must name each of camera_slots '
+                             f'{self.camera_slots} (same order), or be empty')
         if not 0 <= self.jitter_s < 0.5 / self.camera_rate_hz:
             raise ValueError(f'jitter_s {self.jitter_s} must be in [0, half a camera period)')
 
+    def camera_id(self, slot: int) -> str:
+        """Sensor id of `slot` (`camera_ids`, default 'camera_<slot>')."""
+        if not self.camera_ids:
+            return f'camera_{slot}'
+        return self.camera_ids[self.camera_slots.index(slot)]
+
     def topic_for(self, slot: int) -> str:
         """Camera topic of `slot` as written to the bag."""
-        base = self.camera_topic.format(slot=slot)
+        base = self.camera_topic.format(slot=slot, id=self.camera_id(slot))
         return base if self.image_format == 'raw' else base + '/compressed'
+
+    def frame_id_for(self, slot: int) -> str:
+        """Header frame id of the images of `slot`."""
+        return self.camera_frame_id.format(slot=slot, id=self.camera_id(slot))
 
 
 def ego_pose(cfg: DriveConfig, t_s: float) -> tuple[np.ndarray, np.ndarray]:
@@ -193,7 +207,7 @@ def write_drive(path: Path, cfg: DriveConfig) -> Path:
             encoding = cfg.encoding if cfg.image_format == 'raw' else cfg.image_format
             if hit:
                 data, step, encoding = _inject(cfg.fault, data, step, encoding)
-            hdr = header(stamp, cfg.camera_frame_id.format(slot=slot))
+            hdr = header(stamp, cfg.frame_id_for(slot))
             array = np.frombuffer(data, dtype=np.uint8)
             if cfg.image_format == 'raw':
                 msg = t[img_type](header=hdr, height=cfg.height, width=frame_cfg.width,
@@ -220,12 +234,15 @@ def _parse_args(argv: list[str] | None) -> tuple[Path, DriveConfig]:
     for f in fields(DriveConfig):
         value = getattr(defaults, f.name)
         if isinstance(value, tuple):
-            parser.add_argument(f'--{f.name.replace("_", "-")}', type=int, nargs='+', default=value)
+            kind = str if f.name == 'camera_ids' else int
+            parser.add_argument(f'--{f.name.replace("_", "-")}', type=kind, nargs='*',
+                                default=value)
         else:
             parser.add_argument(f'--{f.name.replace("_", "-")}', type=type(value), default=value)
     ns = vars(parser.parse_args(argv))
     out = ns.pop('output')
     ns['camera_slots'] = tuple(ns['camera_slots'])
+    ns['camera_ids'] = tuple(ns['camera_ids'])
     return out, DriveConfig(**ns)
 
 

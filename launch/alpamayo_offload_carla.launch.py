@@ -1,0 +1,86 @@
+"""alpamayo_offload_node wired to the CARLA ROS bridge (cameras, odometry, waypoints, sim time).
+
+ros2 launch alpamayo_offload alpamayo_offload_carla.launch.py model:=/models/alpamayo-r1 \
+    role_name:=ego_vehicle vram_budget:=free-1.5GiB plan_file:=plan.yaml
+
+Inputs: /carla/<role_name>/<camera_N_id>/image (raw bgra8) for Alpamayo cameras 0, 1, 2, 6 and
+/carla/<role_name>/odometry. Outputs: the ego-frame path on ~/output/path (frame
+<role_name>/rear_axle, published as static TF from the actor origin) and the map-frame path on
+/carla/<role_name>/waypoints for the bridge's AD agent. docs/carla.md has the whole setup.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from launch.actions import DeclareLaunchArgument, OpaqueFunction
+from launch.substitutions import LaunchConfiguration
+from launch_ros.actions import Node
+
+from alpamayo_offload.ros.carla import (
+    DEFAULT_CAMERA_IDS,
+    DEFAULT_REAR_AXLE_OFFSET,
+    DEFAULT_ROLE,
+    bridge_remaps,
+    ego_frame,
+    node_overrides,
+    parse_offset,
+)
+from launch import LaunchContext, LaunchDescription
+
+CONFIG = Path(__file__).resolve().parent.parent / 'config'
+
+
+def _actions(context: LaunchContext) -> list[Node]:
+    def arg(name: str) -> str:
+        return LaunchConfiguration(name).perform(context)
+
+    role = arg('role_name')
+    cameras = {slot: arg(f'camera_{slot}_id') for slot in DEFAULT_CAMERA_IDS}
+    files = [arg('params_file'), arg('carla_params_file')]
+    if arg('plan_file'):
+        files.append(arg('plan_file'))
+    overrides = node_overrides(role, arg('vram_budget'), arg('rear_axle_offset'), arg('device'),
+                               arg('model'))
+    actions = [Node(
+        package='alpamayo_offload', executable='alpamayo_offload_node',
+        name='alpamayo_offload_node', namespace=arg('namespace'), output='screen',
+        parameters=[*files, overrides],
+        remappings=list(bridge_remaps(role, cameras).items()))]
+    if arg('publish_rear_axle_tf') == 'true':
+        x, y, z = parse_offset(arg('rear_axle_offset'))
+        actions.append(Node(
+            package='tf2_ros', executable='static_transform_publisher', name='rear_axle_tf',
+            namespace=arg('namespace'), parameters=[{'use_sim_time': True}],
+            arguments=['--x', str(x), '--y', str(y), '--z', str(z), '--frame-id', role,
+                       '--child-frame-id', ego_frame(role)]))
+    return actions
+
+
+def generate_launch_description() -> LaunchDescription:
+    """Arguments: role name, camera sensor ids, parameter files, VRAM budget, model, rear axle."""
+    offset = '[' + ', '.join(str(v) for v in DEFAULT_REAR_AXLE_OFFSET) + ']'
+    return LaunchDescription([
+        DeclareLaunchArgument('role_name', default_value=DEFAULT_ROLE,
+                              description='role name of the ego vehicle in the bridge'),
+        *[DeclareLaunchArgument(f'camera_{slot}_id', default_value=sensor_id,
+                                description=f'bridge sensor id of Alpamayo camera {slot}')
+          for slot, sensor_id in DEFAULT_CAMERA_IDS.items()],
+        DeclareLaunchArgument('params_file', default_value=str(CONFIG / 'alpamayo_offload.yaml'),
+                              description='node parameter file'),
+        DeclareLaunchArgument('carla_params_file', default_value=str(CONFIG / 'carla.yaml'),
+                              description='CARLA settings on top of params_file'),
+        DeclareLaunchArgument('plan_file', default_value='',
+                              description='planner output (resident layers, plan.profile)'),
+        DeclareLaunchArgument('vram_budget', default_value='free-1.5GiB',
+                              description='"free-<margin>" is measured when the node starts'),
+        DeclareLaunchArgument('model', default_value='',
+                              description='checkpoint directory (empty: as in params_file)'),
+        DeclareLaunchArgument('device', default_value='cuda', description='cuda, cuda:N or cpu'),
+        DeclareLaunchArgument('rear_axle_offset', default_value=offset,
+                              description='rear axle in the actor-origin frame, metres'),
+        DeclareLaunchArgument('publish_rear_axle_tf', default_value='true',
+                              choices=['true', 'false'],
+                              description='static TF <role> -> <role>/rear_axle'),
+        DeclareLaunchArgument('namespace', default_value='', description='node namespace'),
+        OpaqueFunction(function=_actions),
+    ])
