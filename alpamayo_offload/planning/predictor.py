@@ -13,6 +13,21 @@ decode pass copies while the current pass still computes. `Pipeline.COLD_PASSES`
 every pass with an empty pipeline, as the authors' hooks do; in it the replay reduces exactly to
 the paper's Eq. 1, 2, 5, 6 and 7 (proved in test/planning/test_closed_forms.py).
 `Pipeline.SEQUENTIAL` is the runtime's sequential mode: every copy waits for all compute before it.
+
+A third engine is the host thread that issues the work (profile schema 2): a layer's compute
+cannot start before the host reached its call, nor end before the host issued its last kernel;
+a prefetch copy cannot start before the host issued it (in the previous streamed layer's hook);
+a pass that reads a device value on the host (`host_waits`, or the host-side embedding gather)
+first waits for the compute engine. With everything resident, a pass therefore costs its host
+issue time when that is longer than its compute (the H200 decode pass: ~42 ms of host time for
+~10 ms of compute). Without host terms (zeros) the host never delays anything and the replay is
+the two-engine one above.
+
+Per-layer compute is the median over the profiled passes, never the mean (one stalled call would
+be charged to every pass). In pipelined mode a copy runs at the machine's pinned host-to-device
+peak when the profile has one: the runtime's double buffer keeps the copy engine at 100 % of it
+(bench_runtime, H200), while copies profiled in the instrumented sequential run came out up to
+2.9 % slower (the LM layers of the H200 profile of 2026-11-29).
 """
 from __future__ import annotations
 
@@ -126,28 +141,40 @@ class Prediction:
                 'phases': [asdict(p) for p in self.phases]}
 
 
-# One layer invocation of a pass: (sequence name, layer index, exe ms, dma ms, bytes).
-_Step = tuple[str, int, float, float, int]
+# One layer invocation of a pass: (sequence, layer index, exe ms, copy ms, bytes, host issue ms).
+_Step = tuple[str, int, float, float, int, float]
 
 
 @dataclass(frozen=True)
 class _Pass:
     phase: int
     steps: tuple[_Step, ...]
-    lead_ms: float      # non-layer compute before the layers (host embedding gather)
-    tail_ms: float      # non-layer compute after the layers
+    lead_ms: float      # host time before the first layer (incl. a host-side embedding gather)
+    tail_ms: float      # non-layer GPU time after the layers
+    waits: bool         # the host first waits for the compute engine (reads a device value)
 
 
-def _schedule(profile: Profile, workload: Workload, embed_on_host: bool) -> list[_Pass]:
+def _copy_ms(profile: Profile, pipeline: Pipeline) -> dict[str, tuple[float, ...]]:
+    """Copy time per layer: the pinned peak rate when pipelined and known, else as profiled."""
+    peak = profile.machine.pinned_h2d_gbps
+    if pipeline is not Pipeline.PIPELINED or peak <= 0:
+        return {s.name: s.dma_ms for s in profile.sequences}
+    return {s.name: tuple(b / (peak * 1e6) for b in s.layer_bytes) for s in profile.sequences}
+
+
+def _schedule(profile: Profile, workload: Workload, embed_on_host: bool,
+              pipeline: Pipeline) -> list[_Pass]:
+    copy = _copy_ms(profile, pipeline)
     out = []
     for k, phase in enumerate(profile.phases):
         seq = profile.sequence(phase.sequence)
-        exe = phase.mean_exe_ms()
-        steps = tuple((seq.name, i, exe[i], seq.dma_ms[i], seq.layer_bytes[i])
+        exe, host = phase.typical_exe_ms(), phase.host_issue_ms()
+        steps = tuple((seq.name, i, exe[i], copy[seq.name][i], seq.layer_bytes[i], host[i])
                       for i in range(seq.n_layers))
-        lead = phase.embed_host_ms if embed_on_host else 0.0
-        tail = phase.mean_other_ms()
-        out.extend(_Pass(k, steps, lead, tail) for _ in range(workload.passes(phase.repeats)))
+        gather = phase.embed_host_ms if embed_on_host else 0.0
+        waits = phase.host_waits or gather > 0
+        out.extend(_Pass(k, steps, phase.host_lead_ms + gather, phase.typical_other_ms(), waits)
+                   for _ in range(workload.passes(phase.repeats)))
     return out
 
 
@@ -164,28 +191,37 @@ def predict(profile: Profile, placement: Placement, workload: Workload = Workloa
     passes = [0] * n_phases
     copy_free = 0.0                   # copy engine idle from
     compute_free = 0.0                # compute engine idle from
+    host = 0.0                        # host thread reaches this point of the issue order
+    issued = 0.0                      # host time the next streamed layer's copy was issued
     slot_free = [0.0, 0.0]            # compute end of each slot's last reader
     j = 0                             # streamed invocation counter (slot = j % 2)
     cold = pipeline is Pipeline.COLD_PASSES
     sequential = pipeline is Pipeline.SEQUENTIAL
-    for p in _schedule(profile, workload, placement.embed_on_host):
+    for p in _schedule(profile, workload, placement.embed_on_host, pipeline):
         barrier = compute_free if cold else 0.0
-        compute_free += p.lead_ms
-        busy = p.lead_ms + p.tail_ms
-        for name, index, exe, dma, nbytes in p.steps:
+        if p.waits:
+            host = max(host, compute_free)
+        host += p.lead_ms
+        compute_free = max(compute_free, host)
+        busy = p.tail_ms
+        for name, index, exe, dma, nbytes, issue in p.steps:
             if (name, index) in resident:
-                compute_free += exe
+                start = max(compute_free, host)
             else:
                 slot = j & 1
                 if sequential:
-                    start = max(copy_free, compute_free)
+                    begin = max(copy_free, compute_free, host)
                 else:
-                    start = max(copy_free, slot_free[slot], barrier)
-                copy_free = start + dma
-                compute_free = max(compute_free, copy_free) + exe
-                slot_free[slot] = compute_free
+                    begin = max(copy_free, slot_free[slot], barrier, issued)
+                copy_free = begin + dma
+                issued = host          # this layer's hook issues the next streamed copy
+                start = max(compute_free, copy_free, host)
                 copy[p.phase] += dma
                 moved[p.phase] += nbytes
+            host += issue
+            compute_free = max(start + exe, host)
+            if (name, index) not in resident:
+                slot_free[j & 1] = compute_free
                 j += 1
             busy += exe
         compute_free += p.tail_ms
@@ -202,4 +238,4 @@ def predict(profile: Profile, placement: Placement, workload: Workload = Workloa
         previous_end = end[k]
         phases.append(PhasePrediction(phase.name, passes[k], wall, copy[k], compute[k],
                                       max(0.0, wall - compute[k]), moved[k]))
-    return Prediction(compute_free + profile.host_ms, profile.host_ms, tuple(phases))
+    return Prediction(max(compute_free, host) + profile.host_ms, profile.host_ms, tuple(phases))

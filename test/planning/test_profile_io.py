@@ -93,7 +93,7 @@ def test_build_profile_from_runtime_records_predicts_the_sequential_run() -> Non
                             host_ms=4.0, embed_host_ms={'prefill': 0.3})
     assert [p.name for p in profile.phases] == ['vision', 'prefill', 'decode', 'diffusion']
     decode = profile.phases[2]
-    assert decode.measured_passes == 3 and decode.mean_exe_ms() == pytest.approx((0.5,) * 6)
+    assert decode.measured_passes == 3 and decode.typical_exe_ms() == pytest.approx((0.5,) * 6)
     assert decode.mean_other_ms() == pytest.approx(0.7)
     assert profile.phases[1].embed_host_ms == 0.3
     got = predict(profile, Placement.of(), Workload(3, 3), Pipeline.SEQUENTIAL)
