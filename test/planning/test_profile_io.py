@@ -94,7 +94,7 @@ def test_build_profile_from_runtime_records_predicts_the_sequential_run() -> Non
     assert [p.name for p in profile.phases] == ['vision', 'prefill', 'decode', 'diffusion']
     decode = profile.phases[2]
     assert decode.measured_passes == 3 and decode.typical_exe_ms() == pytest.approx((0.5,) * 6)
-    assert decode.mean_other_ms() == pytest.approx(0.7)
+    assert decode.typical_other_ms() == pytest.approx(0.7)
     assert profile.phases[1].embed_host_ms == 0.3
     got = predict(profile, Placement.of(), Workload(3, 3), Pipeline.SEQUENTIAL)
     for phase in got.phases:
