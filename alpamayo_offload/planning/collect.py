@@ -4,10 +4,15 @@ Pure: it reads the runtime's per-call records duck-typed (`sequence`, `layer`, `
 `dma_ms`, `exe_ms`, `bytes`), so it is tested on CPU with records built by hand. The mapping of
 sequence repetitions to phases is Alpamayo's: the ViT runs once (vision), the language model
 once for prefill and then once per decode pass, the expert once per diffusion step.
+
+`with_host_terms` adds what a second, host-timed run measured: the CPU time to issue each layer
+call and the CPU time of each pass outside its layers (schema 2).
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import logging
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -23,12 +28,21 @@ from alpamayo_offload.planning.profile import (
     VramProfile,
 )
 
+LOG = logging.getLogger(__name__)
+
 # sequence -> [(phase, repeats kind, number of leading repetitions or None for "the rest")]
 PHASES_OF_SEQUENCE: Mapping[str, tuple[tuple[str, str, int | None], ...]] = {
     'vit': (('vision', 'once', None),),
     'lm': (('prefill', 'once', 1), ('decode', 'decode', None)),
     'expert': (('diffusion', 'diffusion', None),),
 }
+
+# Phases whose passes start by reading a device value on the host, whatever the plan: the prefill
+# checks the image-token count (`int(image_mask.sum())` in model/inference.py). Decode passes do
+# so only with the embedding on the host (the predictor adds that wait with the gather).
+HOST_WAITS = frozenset({'prefill'})
+# A call whose compute exceeds this many times its layer's median over passes is reported.
+_OUTLIER_FACTOR = 5.0
 
 
 def model_identity(model: str) -> str:
@@ -85,12 +99,66 @@ def build_profile(calls: Iterable[Any], phase_wall_ms: Mapping[str, float], *,
             if not taken:
                 continue
             exe = tuple(tuple(reps[r][i][1] for i in range(n_layers)) for r in taken)
+            _warn_outliers(phase, exe)
             layer_ms = sum(sum(row) for row in exe) + len(taken) * sum(dma)
             wall = float(phase_wall_ms.get(phase, layer_ms))
             other = max(0.0, wall - layer_ms) / len(taken)
             phases.append(PhaseProfile(phase, name, repeats, exe, (other,) * len(taken),
-                                       float((embed_host_ms or {}).get(phase, 0.0))))
+                                       float((embed_host_ms or {}).get(phase, 0.0)),
+                                       host_waits=phase in HOST_WAITS))
     if not sequences:
         raise ProfileFormatError('no layer calls recorded; run the engine with instrument=True')
     return Profile(model_identity, machine, tuple(sequences), tuple(phases), vram, host_ms,
                    dict(settings or {}), created_at)
+
+
+def _warn_outliers(phase: str, exe: tuple[tuple[float, ...], ...]) -> None:
+    """Log calls far above their layer's median (a host stall inside an instrumented call)."""
+    if len(exe) < 3:
+        return
+    for i, col in enumerate(zip(*exe, strict=True)):
+        typical = statistics.median(col)
+        for rep, value in enumerate(col):
+            if value > _OUTLIER_FACTOR * typical + 1.0:
+                LOG.warning('%s pass %d layer %d computed %.1f ms against a median of %.2f ms; '
+                            'the predictor uses the median', phase, rep, i, value, typical)
+
+
+def with_host_terms(profile: Profile, host_calls: Iterable[Any], *,
+                    host_ms: float | None = None) -> Profile:
+    """Return `profile` with the host issue terms of a host-timed run (and a steady host_ms).
+
+    Each record has `sequence`, `layer`, `repetition` (as in the runtime's calls), `issue_ms`
+    (CPU time from the layer's first hook to its last, device waits excluded) and `gap_ms` (CPU
+    time since the previous layer call ended, device waits excluded; for the first call of an
+    inference, since the vision pass began). Per phase: the median over passes of each layer's
+    issue time, and the median over passes of the pass's summed gaps (its non-layer host work).
+    """
+    table: dict[str, dict[int, dict[int, tuple[float, float]]]] = defaultdict(
+        lambda: defaultdict(dict))
+    for rec in host_calls:
+        table[str(_field(rec, 'sequence'))][int(_field(rec, 'repetition'))][
+            int(_field(rec, 'layer'))] = (float(_field(rec, 'issue_ms')),
+                                          float(_field(rec, 'gap_ms')))
+    by_phase: dict[str, list[dict[int, tuple[float, float]]]] = {}
+    for name, reps in table.items():
+        order = [reps[r] for r in sorted(reps)]
+        for phase, _repeats, count in PHASES_OF_SEQUENCE.get(name, ()):
+            taken, order = (order[:count], order[count:]) if count else (order, [])
+            by_phase[phase] = taken
+    phases = []
+    for phase in profile.phases:
+        passes = by_phase.get(phase.name)
+        if not passes:
+            phases.append(phase)
+            continue
+        n = len(phase.exe_ms[0])
+        missing = [k for k, calls in enumerate(passes) if sorted(calls) != list(range(n))]
+        if missing:
+            raise ProfileFormatError(f'host-timed run: {phase.name!r} passes {missing} lack '
+                                     f'layer calls (expected layers 0..{n - 1} in every pass)')
+        issue = tuple(statistics.median(calls[i][0] for calls in passes) for i in range(n))
+        lead = statistics.median(sum(g for _, g in calls.values()) for calls in passes)
+        phases.append(dataclasses.replace(phase, host_layer_ms=issue, host_lead_ms=lead))
+    return dataclasses.replace(profile, phases=tuple(phases),
+                               host_ms=profile.host_ms if host_ms is None else host_ms)
