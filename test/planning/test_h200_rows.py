@@ -23,8 +23,13 @@ WORK = Workload(21, 10)
 
 @pytest.fixture(scope='module')
 def profile() -> Profile:
-    logging.getLogger('alpamayo_offload.planning.profile').setLevel(logging.ERROR)  # schema 1
-    return load_profile(RESULTS / 'profile_full_h200.json')[0]
+    log = logging.getLogger('alpamayo_offload.planning.profile')
+    level = log.level
+    log.setLevel(logging.ERROR)          # schema 1: the expected "no host issue times" warning
+    try:
+        return load_profile(RESULTS / 'profile_full_h200.json')[0]
+    finally:
+        log.setLevel(level)
 
 
 def _rows(name: str) -> list[dict[str, Any]]:
