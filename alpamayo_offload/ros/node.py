@@ -18,6 +18,7 @@ import rclpy
 from diagnostic_msgs.msg import DiagnosticArray
 from nav_msgs.msg import Odometry, Path
 from rcl_interfaces.msg import SetParametersResult
+from rclpy.clock import Clock, ClockType
 from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -67,10 +68,12 @@ class AlpamayoOffloadNode(Node):
         self._cameras = {c.slot: StampedBuffer(self._cfg.camera_depth) for c in self._cfg.cameras}
         self._odometry = StampedBuffer(self._cfg.odometry_depth)
         self._camera_hw: dict[int, tuple[int, int]] = {}   # source size per slot (worker only)
+        camera_qos = QoSProfile(depth=5, reliability=ReliabilityPolicy.RELIABLE) \
+            if self._cfg.camera_reliable else qos_profile_sensor_data
         for cam in self._cfg.cameras:
             self.create_subscription(CompressedImage if cam.compressed else Image, cam.topic,
                                      lambda m, s=cam.slot: self._cameras[s].push(image_from_msg(m)),
-                                     qos_profile_sensor_data)
+                                     camera_qos)
         self.create_subscription(
             Odometry, self._cfg.odometry_topic,
             lambda m: self._odometry.push(odometry_from_msg(m)),
@@ -80,7 +83,10 @@ class AlpamayoOffloadNode(Node):
         self._reasoning_pub = self.create_publisher(String, '~/output/reasoning', 1)
         self._diag_pub = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
         self._timer = self.create_timer(self._cfg.period_s, self._on_tick)
-        self.create_timer(self._cfg.diagnostics_period_s, self._publish_diagnostics)
+        # The heartbeat runs on steady time: with use_sim_time, ROS time stands still until the
+        # simulator publishes /clock, and a node loading or waiting must still be visible.
+        self.create_timer(self._cfg.diagnostics_period_s, self._publish_diagnostics,
+                          clock=Clock(clock_type=ClockType.STEADY_TIME))
         threading.Thread(target=self._load, name='model-load', daemon=True).start()
 
     # --- model loading ------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from .vram import check_budget_spec
 SEQUENCES = ('vit', 'lm', 'expert')
 MAX_AUTO_DECODE_THREADS = 16   # 4 cameras x 4 frames
 TRANSPORTS = ('raw', 'compressed')
+RELIABILITIES = ('best_effort', 'reliable')
 
 # name -> (default, description).
 PARAMETERS: dict[str, tuple[Any, str]] = {
@@ -52,6 +53,10 @@ PARAMETERS: dict[str, tuple[Any, str]] = {
                        'camera topics, same order as cameras.slots'),
     'cameras.transports': (['raw', 'raw', 'raw', 'raw'],
                            "per camera: 'raw' (sensor_msgs/Image) or 'compressed' (JPEG/PNG)"),
+    'cameras.reliability': ('best_effort',
+                            "'best_effort' (sensor-data QoS) or 'reliable' (for a reliable "
+                            'publisher such as the CARLA bridge: lost fragments of large raw '
+                            'frames are re-sent instead of the frame being dropped)'),
     'odometry.topic': ('~/input/odometry', 'nav_msgs/Odometry topic'),
     'odometry.rear_axle_offset': ([0.0, 0.0, 0.0],
                                   'rear axle position (m) in the odometry child frame'),
@@ -96,6 +101,7 @@ class NodeConfig:
     vram_budget: str                # spec, resolved to bytes at start-up (`vram.resolve_budget`)
     assembly: AssemblyConfig
     cameras: tuple[CameraInput, ...]
+    camera_reliable: bool
     odometry_topic: str
     output_frame_id: str
     publish_odom_path: bool
@@ -153,6 +159,9 @@ def _build(v: dict[str, Any]) -> NodeConfig:
     bad = [t for t in transports if t not in TRANSPORTS]
     if bad:
         raise ParameterError(f'cameras.transports {bad} must each be one of {TRANSPORTS}')
+    if v['cameras.reliability'] not in RELIABILITIES:
+        raise ParameterError(f"cameras.reliability {v['cameras.reliability']!r} must be one of "
+                             f'{RELIABILITIES}')
     h, w = int(v['images.height']), int(v['images.width'])
     if (h == 0) != (w == 0) or h < 0 or w < 0:
         raise ParameterError(f'images.height {h} / images.width {w}: both > 0, or both 0 (native)')
@@ -194,6 +203,7 @@ def _build(v: dict[str, Any]) -> NodeConfig:
         engine=engine, vram_budget=budget.strip(), assembly=assembly,
         cameras=tuple(CameraInput(s, t, tr == 'compressed')
                       for s, t, tr in zip(slots, topics, transports, strict=True)),
+        camera_reliable=v['cameras.reliability'] == 'reliable',
         odometry_topic=str(v['odometry.topic']), output_frame_id=str(v['output.frame_id']),
         publish_odom_path=bool(v['output.publish_odom_path']),
         odom_frame_id=str(v['output.odom_frame_id']), period_s=float(v['inference.period_s']),

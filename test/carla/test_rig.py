@@ -65,7 +65,7 @@ def test_carla_parameter_file_is_valid_and_relative_budget_needs_cuda() -> None:
     assert cfg.vram_budget == 'free-1.5GiB' and cfg.engine['device'] == 'cuda'
     assert cfg.output_frame_id == 'ego_vehicle/rear_axle' and cfg.odom_frame_id == 'map'
     assert cfg.assembly.rear_axle_offset == (-1.389, 0.0, 0.0)
-    assert [c.compressed for c in cfg.cameras] == [False] * 4
+    assert [c.compressed for c in cfg.cameras] == [False] * 4 and cfg.camera_reliable
     with pytest.raises(ParameterError, match="free VRAM.*device is 'cpu'"):
         params.config_from_values(defaults | carla_values | launch | {'device': 'cpu'})
 
