@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..planning import (
     PlannerOptions,
@@ -25,8 +25,10 @@ from ..planning import (
 from ..planning.collect import model_identity
 from ..planning.params import split_profile_ref
 from ..runtime.errors import BudgetError as RuntimeBudgetError
-from .params import NodeConfig
 from .vram import ResolvedBudget, resolve_budget
+
+if TYPE_CHECKING:   # params needs rclpy; the loader itself runs without ROS (GPU tests)
+    from .params import NodeConfig
 
 LOG = logging.getLogger(__name__)
 

@@ -72,24 +72,3 @@ def test_replan_takes_the_planner_placement_only_from_the_matching_profile(
     assert _replan(str(path) + '#sha256=00', budget, 'full', None) is None   # file changed
     assert _replan('', budget, 'full', None) is None
 
-
-@pytest.mark.cuda
-def test_on_the_gpu_a_plan_over_the_start_budget_is_replanned_or_degraded(
-        tmp_path: Path) -> None:
-    from alpamayo_offload.planning.gpu_profile import run_profile
-
-    profile = run_profile(model='tiny', device='cuda', decode_tokens=4, diffusion_steps=2,
-                          warmup=1, seed=0)
-    path = tmp_path / 'profile.json'
-    ref = profile_ref(path, save_profile(profile, path))
-    minimal = load_engine(config(device='cuda', embed_on_host=True))
-    floor = int(minimal.engine.info['required_bytes'])
-    minimal.engine.close()
-    loaded = load_engine(config(device='cuda', vram_budget=str(floor + 4096),
-                                **{'plan.profile': ref}, **ALL_RESIDENT))
-    assert loaded.warning and loaded.report['plan_source'] != 'configured'
-    assert loaded.engine.info['required_bytes'] <= floor + 4096
-    free = load_engine(config(device='cuda', vram_budget='free-1GiB'))
-    assert free.report['vram_free_at_start_bytes'] > 2**30
-    assert free.report['vram_budget_resolved_bytes'] == \
-        free.report['vram_free_at_start_bytes'] - 2**30
