@@ -25,7 +25,7 @@ setup(
         ('share/ament_index/resource_index/packages', [f'resource/{PACKAGE}']),
         (f'share/{PACKAGE}', ['package.xml']),
         (f'share/{PACKAGE}/launch', glob('launch/*.launch.py')),
-        (f'share/{PACKAGE}/config', glob('config/*.yaml')),
+        (f'share/{PACKAGE}/config', glob('config/*.yaml') + glob('config/*.json')),
     ],
     python_requires='>=3.10',
     install_requires=[

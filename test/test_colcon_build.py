@@ -27,8 +27,9 @@ def test_colcon_build_installs_launch_and_config(tmp_path: Path) -> None:
     assert (share / 'package.xml').is_file()
     assert sorted(p.name for p in (share / 'launch').glob('*.launch.py')) == sorted(
         p.name for p in (ROOT / 'launch').glob('*.launch.py'))
-    assert sorted(p.name for p in (share / 'config').glob('*.yaml')) == sorted(
-        p.name for p in (ROOT / 'config').glob('*.yaml'))
+    for pattern in ('*.yaml', '*.json'):
+        assert sorted(p.name for p in (share / 'config').glob(pattern)) == sorted(
+            p.name for p in (ROOT / 'config').glob(pattern))
     index = (tmp_path / 'install' / 'alpamayo_offload' / 'share' / 'ament_index'
              / 'resource_index' / 'packages' / 'alpamayo_offload')
     assert index.is_file()

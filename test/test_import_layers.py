@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,7 +23,8 @@ FORBIDDEN = {
                  'alpamayo_offload.runtime', 'alpamayo_offload.engine', 'alpamayo_offload.replay'},
     'planning': {'rclpy', 'transformers', 'alpamayo_offload.ros', 'alpamayo_offload.model',
                  'alpamayo_offload.replay'},
-    'replay': {'rclpy', 'alpamayo_offload.ros.node'},
+    'replay': {'rclpy', 'alpamayo_offload.ros.node', 'alpamayo_offload.ros.params',
+               'alpamayo_offload.ros.bag_player', 'alpamayo_offload.ros.session'},
 }
 
 
@@ -44,3 +47,13 @@ def test_subpackage_imports_respect_layers(subpackage: str) -> None:
                 if name == forbidden or name.startswith(forbidden + '.'):
                     bad.append(f'{path.relative_to(PKG)} imports {name}')
     assert not bad, '\n'.join(bad)
+
+
+def test_replay_runs_without_ros() -> None:
+    """Replay machines have no ROS: importing the replay path must not pull in rclpy."""
+    code = ('import sys; sys.modules["rclpy"] = None; '
+            'import alpamayo_offload.replay.commands, alpamayo_offload.replay.params, '
+            'alpamayo_offload.replay.session; print("ok")')
+    result = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
+                            check=False)
+    assert result.returncode == 0 and 'ok' in result.stdout, result.stderr[-2000:]

@@ -13,11 +13,10 @@ from typing import Any
 import yaml
 
 from alpamayo_offload.planning.errors import PlanningError
-from alpamayo_offload.planning.params import MODULES, resident_from_param
-from alpamayo_offload.planning.units import parse_bytes
 from alpamayo_offload.replay.config import CameraTopic, ReplayConfig
 from alpamayo_offload.replay.errors import ReplayConfigError
-from alpamayo_offload.ros.params import PARAMETERS, config_from_values
+from alpamayo_offload.ros.node_config import PARAMETERS, config_from_values
+from alpamayo_offload.ros.vram import resolve_budget
 
 DEFAULT_NODE_NAME = 'alpamayo_offload'
 
@@ -94,20 +93,14 @@ def load_replay_config(param_files: Sequence[Path], *, remaps: Mapping[str, str]
         raise ReplayConfigError(f'unknown parameters {unknown} in {[str(p) for p in param_files]};'
                                 ' the node declares: ' + ', '.join(PARAMETERS))
     try:
-        for m in MODULES:  # the planner writes [-1] for "none" (ROS cannot type an empty list)
-            key = f'resident_layers.{m}'
-            if values.get(key) is not None:
-                values[key] = list(resident_from_param(values[key]))
-        budget = values.get('vram_budget')
-        if isinstance(budget, str):  # the planner writes e.g. '12GiB'
-            values['vram_budget'] = parse_bytes(budget) if budget else 0
-        node = config_from_values(values)
+        node = config_from_values(values)   # the node's own mapping: [-1] lists, budget strings
         cameras = tuple(CameraTopic(c.slot, resolve_topic(c.topic, node_name, remaps or {}),
                                     c.compressed) for c in node.cameras)
         engine = dict(node.engine)
-        if values.get('embed_on_host') is not None:  # planner output the engine understands
-            engine['embed_on_host'] = bool(values['embed_on_host'])
         engine.update(engine_overrides or {})
+        # "free VRAM" budgets resolve on the replay machine's device, as the node does at start.
+        engine['budget_bytes'] = resolve_budget(node.vram_budget,
+                                                str(engine['device'])).budget_bytes
         return ReplayConfig(
             cameras=cameras,
             odometry_topic=resolve_topic(node.odometry_topic, node_name, remaps or {}),

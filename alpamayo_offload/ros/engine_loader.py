@@ -27,8 +27,8 @@ from ..planning.params import split_profile_ref
 from ..runtime.errors import BudgetError as RuntimeBudgetError
 from .vram import ResolvedBudget, resolve_budget
 
-if TYPE_CHECKING:   # params needs rclpy; the loader itself runs without ROS (GPU tests)
-    from .params import NodeConfig
+if TYPE_CHECKING:
+    from .node_config import NodeConfig
 
 LOG = logging.getLogger(__name__)
 
