@@ -151,13 +151,15 @@ class EngineResult:
     streaming: dict[str, float]        # dma_ms, stall_ms, bytes_streamed
 
 
-class _PhaseBridge:
-    """PhaseObserver that forwards boundaries to the runtime as hints and marks their times."""
+class PhaseClock:
+    """PhaseObserver that times each pass (CUDA events on a GPU, else perf_counter).
 
-    def __init__(self, runtime: OffloadRuntime | None, cuda: bool, token_budget: int) -> None:
-        self._runtime = runtime
+    Nothing synchronises until `seconds()`. Benchmarks that run the model under other
+    offloaders use it too, so every runtime is timed at the same phase boundaries.
+    """
+
+    def __init__(self, cuda: bool) -> None:
         self._cuda = cuda
-        self._token_budget = token_budget
         self.marks: list[tuple[str, Any, Any]] = []
         self.passes: dict[str, int] = {}
         self._open: tuple[str, Any] | None = None
@@ -170,13 +172,7 @@ class _PhaseBridge:
         return time.perf_counter()
 
     def phase_start(self, phase: str, index: int, is_last: bool) -> None:
-        """Tell the runtime what follows this pass, then start its clock."""
-        if self._runtime is not None:
-            nxt = _NEXT_AFTER_LAST.get(phase) if is_last else _NEXT_AFTER.get(phase)
-            if phase == 'prefill' and self._token_budget <= 1:
-                nxt = 'expert'   # no decode pass follows the prefill
-            if nxt is not None:
-                self._runtime.hint_next(nxt)
+        """Start the clock of the pass."""
         self._open = (phase, self._now())
 
     def phase_end(self, phase: str, index: int) -> None:
@@ -198,6 +194,25 @@ class _PhaseBridge:
                 dt = end - start
             out[phase] = out.get(phase, 0.0) + dt
         return out
+
+
+class _PhaseBridge(PhaseClock):
+    """PhaseClock that also tells the runtime which sequence follows each pass."""
+
+    def __init__(self, runtime: OffloadRuntime | None, cuda: bool, token_budget: int) -> None:
+        super().__init__(cuda)
+        self._runtime = runtime
+        self._token_budget = token_budget
+
+    def phase_start(self, phase: str, index: int, is_last: bool) -> None:
+        """Tell the runtime what follows this pass, then start its clock."""
+        if self._runtime is not None:
+            nxt = _NEXT_AFTER_LAST.get(phase) if is_last else _NEXT_AFTER.get(phase)
+            if phase == 'prefill' and self._token_budget <= 1:
+                nxt = 'expert'   # no decode pass follows the prefill
+            if nxt is not None:
+                self._runtime.hint_next(nxt)
+        super().phase_start(phase, index, is_last)
 
 
 class Engine:

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from alpamayo_offload.engine import Engine, EngineConfig
+from alpamayo_offload.engine import Engine, EngineConfig, PhaseClock
 from alpamayo_offload.model import SyntheticTextIds, prepare_inputs, run_inference
 from alpamayo_offload.planning.gpu_profile import profile_engine
 from alpamayo_offload.planning.planner import PlannerOptions, plan, vram_needed
@@ -24,7 +24,7 @@ from alpamayo_offload.planning.profile import Profile, load_profile, save_profil
 
 from . import hf_peers
 from .home import HomeCopy, release_memory
-from .measure import Deadline, PhaseClock, RunOutput
+from .measure import Deadline, RunOutput
 from .rows import GIB, OURS, RowSpec
 from .runner import RowBench, RowSkippedError, cap_vram
 

@@ -42,44 +42,6 @@ class Deadline:
         return self.elapsed() + seconds <= self.budget_s
 
 
-class PhaseClock:
-    """`PhaseObserver` that times each pass (CUDA events on a GPU, perf_counter otherwise)."""
-
-    def __init__(self, cuda: bool) -> None:
-        self._cuda = cuda
-        self._open: tuple[str, object] | None = None
-        self._marks: list[tuple[str, object, object]] = []
-
-    def _now(self) -> object:
-        if self._cuda:
-            event = torch.cuda.Event(enable_timing=True)
-            event.record()
-            return event
-        return time.perf_counter()
-
-    def phase_start(self, phase: str, index: int, is_last: bool) -> None:
-        """Open the pass's clock."""
-        self._open = (phase, self._now())
-
-    def phase_end(self, phase: str, index: int) -> None:
-        """Close the pass's clock."""
-        if self._open is not None and self._open[0] == phase:
-            self._marks.append((phase, self._open[1], self._now()))
-        self._open = None
-
-    def seconds(self) -> dict[str, float]:
-        """Seconds per phase, summed over its passes."""
-        out: dict[str, float] = {}
-        for phase, start, end in self._marks:
-            if self._cuda:
-                end.synchronize()                                   # type: ignore[attr-defined]
-                dt = start.elapsed_time(end) / 1000.0               # type: ignore[attr-defined]
-            else:
-                dt = end - start                                    # type: ignore[operator]
-            out[phase] = out.get(phase, 0.0) + dt
-        return out
-
-
 def synchronize() -> None:
     """Wait for the GPU (no-op without CUDA)."""
     if torch.cuda.is_available():
