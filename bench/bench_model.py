@@ -103,6 +103,16 @@ def bench_inference(args: argparse.Namespace) -> dict:
     return out
 
 
+def save_random(args: argparse.Namespace) -> dict:
+    """Build the random model (on the GPU if there is one) and write it in the release layout."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = build_random(preset(args.preset), seed=0, device=device, dtype=torch.bfloat16)
+    t = time.perf_counter()
+    files = save_checkpoint(model, args.save_checkpoint)
+    return {"preset": args.preset, "built_on": device, "save_s": time.perf_counter() - t,
+            "save_files": [f.name for f in files]}
+
+
 def load_child(path: str, device: str) -> None:
     """Child process: load, then print load time and peak RSS as JSON."""
     from alpamayo_offload.model import load_checkpoint
@@ -111,14 +121,14 @@ def load_child(path: str, device: str) -> None:
     wb = weight_bytes(CheckpointTensorSource(path))
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     t = time.perf_counter()
-    if device == "engine":  # the product path: layers stream straight into pinned regions
+    if device.startswith("engine:"):  # the product path: layers stream straight into place
         from alpamayo_offload.engine import Engine, EngineConfig
 
-        model = Engine.from_config(EngineConfig(model=path, device="cuda", mode="pipelined")).model
-        torch.cuda.synchronize()
+        model = Engine.from_config(EngineConfig(model=path, device=device.split(":", 1)[1],
+                                                mode="pipelined")).model
     else:
         model = load_checkpoint(path, device=device)
-    if device in ("cuda", "engine"):
+    if torch.cuda.is_available():
         torch.cuda.synchronize()
     dt = time.perf_counter() - t
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
@@ -131,7 +141,8 @@ def load_child(path: str, device: str) -> None:
 
 def bench_load(path: str) -> list[dict]:
     results = []
-    for device in ("engine", "cpu", "cuda"):
+    devices = ("engine:cuda", "cpu", "cuda") if torch.cuda.is_available() else ("engine:cpu", "cpu")
+    for device in devices:
         proc = subprocess.run([sys.executable, __file__, "--load-child", path, "--child-device",
                                device], capture_output=True, text=True, check=False)
         if proc.returncode != 0:
@@ -162,6 +173,8 @@ def main() -> None:
     if not args.skip_inference:
         result["inference"] = bench_inference(args)
         torch.cuda.empty_cache()
+    elif args.save_checkpoint:
+        result["save"] = save_random(args)
     if args.load_checkpoint:
         result["load"] = bench_load(args.load_checkpoint)
     if args.out:
@@ -181,9 +194,15 @@ def main() -> None:
                  ("max_memory_reserved", f"{r['max_memory_reserved'] / 2**30:.2f} GiB")]
         if "save_s" in r:
             rows.append(("checkpoint save", f"{r['save_s']:.1f} s"))
+    if "save" in result:
+        rows.append(("checkpoint save", f"{result['save']['save_s']:.1f} s"))
     for ld in result.get("load", []):
+        if "error" in ld:
+            rows.append((f"load -> {ld['device']}", "FAILED (see bench_model.json)"))
+            continue
         rows.append((f"load -> {ld['device']}", f"{ld['load_s']:.1f} s, peak RSS "
-                     f"{ld['peak_rss_over_weights']:.3f} x weights"))
+                     f"{ld['peak_rss_over_weights']:.3f} x weights, increase "
+                     f"{ld['rss_increase_over_weights']:.3f} x"))
     width = max(len(k) for k, _ in rows) if rows else 0
     for k, v in rows:
         print(f"{k:<{width}}  {v}")
