@@ -1,18 +1,19 @@
 """Time-correct model input: t0 rule, nearest frames, 10 Hz ego history, future ground truth.
 
 Selection (cheap, no decoding) and decoding (16 frames, in the worker) are separate steps so the
-node's timer thread never decodes; `assemble` does both for replay.
+node's timer thread never decodes; `assemble` does both for replay. The node may hand frames
+decoded ahead (`decode_ahead`) to `decode_selection`, which decodes only the others.
 """
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, MutableMapping, Sequence
-from concurrent.futures import Executor
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 
 import numpy as np
 
-from .decode import decode_image
+from .decode import Decoded, decode_image
 from .errors import (
     CAMERA_MISSING,
     CAMERA_STOPPED,
@@ -26,6 +27,9 @@ from .messages import EncodedImage, OdometrySample
 from .poses import interpolate_poses
 
 _NS = 1_000_000_000
+
+# (camera slot, frame) -> its finished background decode, or None to decode it on demand.
+DecodedLookup = Callable[[int, EncodedImage], 'Future[Decoded] | None']
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,16 @@ class AssemblyConfig:
         if self.image_size_hw is not None and min(self.image_size_hw) <= 0:
             raise ValueError(f'image_size_hw {self.image_size_hw} must be positive or None '
                              '(native size)')
+
+    @property
+    def selectable_age_s(self) -> float:
+        """How far before its camera's newest frame a frame can still be selected.
+
+        t0 is at most `max_camera_skew_s` before the newest stamp of any camera (else the lagging
+        camera stopped), and a chosen frame at most `max(frame_offsets_s) + frame_tolerance_s`
+        before t0.
+        """
+        return self.max_camera_skew_s + max(self.frame_offsets_s) + self.frame_tolerance_s
 
 
 @dataclass(frozen=True)
@@ -160,15 +174,18 @@ def _nearest_frames(slot: int, frames: Sequence[EncodedImage], t0: int,
     return tuple(out)
 
 
-def decode_selection(sel: Selection, cfg: AssemblyConfig,
-                     pool: Executor | None = None) -> ModelInput:
-    """Decode the selected frames (optionally on `pool`) and stack them into a `ModelInput`."""
+def decode_selection(sel: Selection, cfg: AssemblyConfig, pool: Executor | None = None,
+                     ahead: DecodedLookup | None = None) -> ModelInput:
+    """Decode the selected frames (optionally on `pool`) and stack them into a `ModelInput`.
+
+    `ahead` may hand out frames already decoded in the background; only the others are decoded
+    here. Errors are raised in frame order however a frame was decoded, so a bad frame gives the
+    same reason with or without decode-ahead.
+    """
     start = time.perf_counter()
-    flat = [f for cam in sel.frames for f in cam]
-    if pool is None:
-        decoded = [decode_image(f, cfg.image_size_hw) for f in flat]
-    else:
-        decoded = list(pool.map(lambda f: decode_image(f, cfg.image_size_hw), flat))
+    flat = [(slot, f) for slot, cam in zip(sel.camera_slots, sel.frames, strict=True)
+            for f in cam]
+    decoded = _decode_frames(flat, cfg.image_size_hw, pool, ahead)
     per_cam = len(cfg.frame_offsets_s)
     for c, slot in enumerate(sel.camera_slots):
         sizes = {src for _, src in decoded[c * per_cam:(c + 1) * per_cam]}
@@ -178,7 +195,7 @@ def decode_selection(sel: Selection, cfg: AssemblyConfig,
     shapes = {px.shape for px, _ in decoded}
     if len(shapes) > 1:
         raise InputError(IMAGE_SIZE_MISMATCH, f'cameras differ in size {sorted(shapes)}; set '
-                         'decode.image_height/width to resize them to one size')
+                         'images.height/width to resize them to one size')
     source_hw = tuple(decoded[c * per_cam][1] for c in range(len(sel.camera_slots)))
     images = np.stack([px for px, _ in decoded]).reshape(
         (len(sel.camera_slots), per_cam) + decoded[0][0].shape)
@@ -189,6 +206,21 @@ def decode_selection(sel: Selection, cfg: AssemblyConfig,
         odom_frame_id=sel.odom_frame_id,
         frame_stamps_ns=tuple(tuple(f.stamp_ns for f in cam) for cam in sel.frames),
         decode_s=time.perf_counter() - start, source_hw=source_hw)
+
+
+def _decode_frames(flat: list[tuple[int, EncodedImage]], size_hw: tuple[int, int] | None,
+                   pool: Executor | None, ahead: DecodedLookup | None) -> list[Decoded]:
+    found = [ahead(slot, f) if ahead is not None else None for slot, f in flat]
+    if pool is not None:
+        found = [fut if fut is not None else pool.submit(decode_image, f, size_hw)
+                 for fut, (_, f) in zip(found, flat, strict=True)]
+    try:
+        return [fut.result() if fut is not None else decode_image(f, size_hw)
+                for fut, (_, f) in zip(found, flat, strict=True)]
+    finally:   # after an error, on-demand decodes not started yet are not needed (finished: no-op)
+        for fut in found:
+            if fut is not None:
+                fut.cancel()
 
 
 def check_resolution(known: MutableMapping[int, tuple[int, int]], inputs: ModelInput) -> None:

@@ -1,9 +1,11 @@
 """`alpamayo_offload_node`: cameras + odometry in, 64-waypoint Path, reasoning and diagnostics out.
 
-A thin adapter: callbacks only stash encoded messages in bounded buffers; a timer with an
-in-flight guard selects time-correct inputs (latest only, never a queue) and hands them to one
-worker thread, which decodes, runs the engine and publishes. The model loads in a thread at start;
-until it is ready every tick is reported as skipped with `model_loading`.
+A thin adapter: callbacks only stash encoded messages in bounded buffers (with
+`images.decode_ahead`, a small pool decodes and resizes each frame an inference may use in the
+background as it arrives); a timer with an in-flight guard selects time-correct inputs (latest
+only, never a queue) and hands them to one worker thread, which takes the frames decoded ahead,
+decodes the rest, runs the engine and publishes. The model loads in a thread at start; until it
+is ready every tick is reported as skipped with `model_loading`.
 """
 from __future__ import annotations
 
@@ -27,6 +29,9 @@ from sensor_msgs.msg import CompressedImage, Image
 from std_msgs.msg import String
 
 from ..assembly import (
+    DecodeAheadBuffer,
+    Decoded,
+    EncodedImage,
     InputError,
     Selection,
     StampedBuffer,
@@ -65,14 +70,21 @@ class AlpamayoOffloadNode(Node):
         self._worker = ThreadPoolExecutor(1, thread_name_prefix='inference')
         self._decode_pool = ThreadPoolExecutor(self._cfg.decode_threads,
                                                thread_name_prefix='decode')
-        self._cameras = {c.slot: StampedBuffer(self._cfg.camera_depth) for c in self._cfg.cameras}
+        # Background decoding: at most one thread per camera (~40 frames/s need a fraction of one).
+        self._ahead_pool = ThreadPoolExecutor(
+            min(self._cfg.decode_threads, len(self._cfg.cameras)),
+            thread_name_prefix='decode-ahead') if self._cfg.decode_ahead else None
+        self._cameras = {c.slot: DecodeAheadBuffer(self._cfg.camera_depth, self._ahead_pool,
+                                                   self._cfg.decode_ahead_min_interval_s)
+                         for c in self._cfg.cameras}
         self._odometry = StampedBuffer(self._cfg.odometry_depth)
         self._camera_hw: dict[int, tuple[int, int]] = {}   # source size per slot (worker only)
         camera_qos = QoSProfile(depth=5, reliability=ReliabilityPolicy.RELIABLE) \
             if self._cfg.camera_reliable else qos_profile_sensor_data
         for cam in self._cfg.cameras:
             self.create_subscription(CompressedImage if cam.compressed else Image, cam.topic,
-                                     lambda m, s=cam.slot: self._cameras[s].push(image_from_msg(m)),
+                                     lambda m, s=cam.slot: self._cameras[s].push(
+                                         image_from_msg(m), self._cfg.assembly),
                                      camera_qos)
         self.create_subscription(
             Odometry, self._cfg.odometry_topic,
@@ -162,8 +174,16 @@ class AlpamayoOffloadNode(Node):
     # --- worker: decode, infer, publish -------------------------------------------------------
     def _infer(self, sel: Selection, cfg: params.NodeConfig, serial: int) -> None:
         start = time.perf_counter()
+        ready_ahead = 0
+
+        def ahead(slot: int, frame: EncodedImage) -> Future[Decoded] | None:
+            nonlocal ready_ahead
+            found = self._cameras[slot].ready(frame, cfg.assembly.image_size_hw)
+            ready_ahead += found is not None
+            return found
+
         try:
-            inputs = decode_selection(sel, cfg.assembly, self._decode_pool)
+            inputs = decode_selection(sel, cfg.assembly, self._decode_pool, ahead)
             check_resolution(self._camera_hw, inputs)
         except InputError as err:
             self._input_failed(err, serial)
@@ -198,7 +218,9 @@ class AlpamayoOffloadNode(Node):
             st = self._status
             st.stages.update(timings)
             st.stages.update({
-                't_image_decode_ms': inputs.decode_s * 1e3, 'decode_tokens': result.decode_tokens,
+                't_image_decode_ms': inputs.decode_s * 1e3, 'frames_decoded_ahead': ready_ahead,
+                'decode_ahead_cpu_ms_per_frame': self._ahead_cpu_ms_per_frame(),
+                'decode_tokens': result.decode_tokens,
                 't_engine_total_ms': result.timings.get('total', float('nan')) * 1e3,
                 't_path_build_ms': (end - t_build) * 1e3, 't_total_ms': (end - start) * 1e3,
                 't_node_overhead_ms': (end - start) * 1e3 - result.timings.get('total', 0.0) * 1e3,
@@ -210,6 +232,12 @@ class AlpamayoOffloadNode(Node):
             st.engine_info = dict(self._engine.info)
             st.inference_level, st.inference_message = diag.OK, 'path published'
         self._publish_diagnostics()
+
+    def _ahead_cpu_ms_per_frame(self) -> float:
+        """Mean CPU time of one background decode so far (nan without decode-ahead)."""
+        stats = [b.stats for b in self._cameras.values()]
+        decoded = sum(st.decoded for st in stats)
+        return sum(st.cpu_s for st in stats) * 1e3 / decoded if decoded else float('nan')
 
     # --- diagnostics and parameters ----------------------------------------------------------
     def _publish_diagnostics(self) -> None:
@@ -234,6 +262,8 @@ class AlpamayoOffloadNode(Node):
         """Stop the worker threads (an inference in flight finishes first)."""
         self._worker.shutdown(wait=True, cancel_futures=True)
         self._decode_pool.shutdown(wait=True)
+        if self._ahead_pool is not None:
+            self._ahead_pool.shutdown(wait=True, cancel_futures=True)
 
 
 def main(args: list[str] | None = None, engine_loader: EngineLoader = load_engine) -> None:

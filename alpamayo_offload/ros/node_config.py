@@ -46,6 +46,14 @@ PARAMETERS: dict[str, tuple[Any, str]] = {
     'images.width': (576, 'width images are resized to before the model (0: native)'),
     'images.decode_threads': (0, 'threads decoding the 16 frames of one inference in parallel '
                                  f'(0: one per core, at most {MAX_AUTO_DECODE_THREADS})'),
+    'images.decode_ahead': (True, 'decode + resize each frame in the background as it arrives, '
+                                  'so an inference finds its frames ready (frames not ready are '
+                                  'decoded when selected); false: decode the 16 selected frames '
+                                  'when an inference starts'),
+    'images.decode_ahead_min_interval_s': (0.08, 'decode ahead a frame only if no frame of its '
+                                                 'camera within this interval already is (the '
+                                                 'model takes frames 0.1 s apart; 0: every '
+                                                 'frame)'),
     'cameras.slots': ([0, 1, 2, 6], 'Alpamayo camera index of each camera topic'),
     'cameras.topics': (['~/input/camera_0/image', '~/input/camera_1/image',
                         '~/input/camera_2/image', '~/input/camera_6/image'],
@@ -78,7 +86,8 @@ PARAMETERS: dict[str, tuple[Any, str]] = {
 # Changing these at run time would need a model reload or new subscriptions.
 RESTART_ONLY = frozenset(
     {'model', 'device', 'mode', 'vram_budget', 'embed_on_host', 'tokenizer_dir',
-     'images.decode_threads', 'inference.threads', 'odometry.topic', 'buffers.camera_depth',
+     'images.decode_threads', 'images.decode_ahead', 'images.decode_ahead_min_interval_s',
+     'inference.threads', 'odometry.topic', 'buffers.camera_depth',
      'buffers.odometry_depth', 'diagnostics.period_s'}
     | {k for k in PARAMETERS if k.startswith(('resident_layers.', 'decode.', 'cameras.'))})
 
@@ -107,6 +116,8 @@ class NodeConfig:
     odom_frame_id: str
     period_s: float
     decode_threads: int
+    decode_ahead: bool
+    decode_ahead_min_interval_s: float
     torch_threads: int
     camera_depth: int
     odometry_depth: int
@@ -117,6 +128,10 @@ class NodeConfig:
         for name in ('period_s', 'diagnostics_period_s'):
             if not getattr(self, name) > 0:
                 raise ParameterError(f'{name} = {getattr(self, name)} must be > 0 seconds')
+        if self.decode_ahead_min_interval_s < 0:
+            raise ParameterError('images.decode_ahead_min_interval_s '
+                                 f'{self.decode_ahead_min_interval_s} must be >= 0 seconds '
+                                 '(0: decode every frame ahead)')
         if self.torch_threads < 0:
             raise ParameterError(f'inference.threads {self.torch_threads} must be >= 0 '
                                  '(0: torch default)')
@@ -193,6 +208,8 @@ def _build(v: dict[str, Any]) -> NodeConfig:
         publish_odom_path=bool(v['output.publish_odom_path']),
         odom_frame_id=str(v['output.odom_frame_id']), period_s=float(v['inference.period_s']),
         decode_threads=_decode_threads(int(v['images.decode_threads'])),
+        decode_ahead=bool(v['images.decode_ahead']),
+        decode_ahead_min_interval_s=float(v['images.decode_ahead_min_interval_s']),
         torch_threads=int(v['inference.threads']),
         camera_depth=int(v['buffers.camera_depth']),
         odometry_depth=int(v['buffers.odometry_depth']),
