@@ -7,7 +7,7 @@
 Random bf16 weights are initialised on the GPU from a seed (never in host RAM). One inference =
 4 cameras x 4 frames at 1080x1920 (16 x 180 image tokens, ~3,000-token prompt), fixed 21 decode
 tokens, 10 diffusion steps; warm-up excluded, median of 3. Phase times are CUDA-synchronised at
-every observer boundary. The load is measured in a fresh child process (peak RSS = ru_maxrss)
+every observer boundary. The load is measured in a fresh child process (peak RSS = VmHWM)
 loading to the CPU, the worst case for host memory (target <= 1.15 x weight bytes), and to CUDA.
 """
 from __future__ import annotations
@@ -113,13 +113,25 @@ def save_random(args: argparse.Namespace) -> dict:
             "save_files": [f.name for f in files]}
 
 
+def peak_rss_bytes() -> int:
+    """This process's own peak RSS (`VmHWM`).
+
+    Not `ru_maxrss`: Linux carries the parent's peak across fork + exec into it, so a child
+    started by a parent that holds the model would report the parent's memory.
+    """
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
 def load_child(path: str, device: str) -> None:
     """Child process: load, then print load time and peak RSS as JSON."""
     from alpamayo_offload.model import load_checkpoint
     from alpamayo_offload.model.checkpoint import CheckpointTensorSource, weight_bytes
 
     wb = weight_bytes(CheckpointTensorSource(path))
-    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    base = peak_rss_bytes()
     t = time.perf_counter()
     if device.startswith("engine:"):  # the product path: layers stream straight into place
         from alpamayo_offload.engine import Engine, EngineConfig
@@ -131,7 +143,7 @@ def load_child(path: str, device: str) -> None:
     if torch.cuda.is_available():
         torch.cuda.synchronize()
     dt = time.perf_counter() - t
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    peak = peak_rss_bytes()
     print(json.dumps({"device": device, "load_s": dt, "weight_bytes": wb,
                       "peak_rss_bytes": peak, "rss_before_load_bytes": base,
                       "peak_rss_over_weights": peak / wb,
