@@ -40,6 +40,7 @@ def test_default_config_and_planner_overrides() -> None:
     cfg = params.config_from_values(values)
     assert cfg.engine['resident'] == {} and cfg.vram_budget == ''
     assert cfg.engine['embed_on_host'] is False and cfg.torch_threads == 1
+    assert cfg.decode_ahead is True and cfg.decode_ahead_min_interval_s == 0.08
     assert [c.slot for c in cfg.cameras] == [0, 1, 2, 6]
     planner = {'vram_budget': '12.000GiB', 'resident_layers.lm': [6, 0, 3],
                'resident_layers.vit': [1], 'resident_layers.expert': [-1],
@@ -70,6 +71,7 @@ def test_relative_budget_needs_cuda_and_says_so() -> None:
     ('sync.frame_tolerance_s', -1.0, 'frame_tolerance_s'),
     ('inference.period_s', 0.0, 'period_s'),
     ('inference.threads', -1, 'inference.threads'),
+    ('images.decode_ahead_min_interval_s', -0.1, 'images.decode_ahead_min_interval_s'),
     ('resident_layers.lm', [0, -1], 'resident_layers.lm'),
 ])
 def test_bad_values_are_rejected_with_the_name(key: str, value: object, match: str) -> None:
