@@ -28,16 +28,14 @@ import logging
 import statistics
 import sys
 import time
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from alpamayo_offload.planning.closed_forms import interleaved_indices
-from alpamayo_offload.planning.collect import with_host_terms
 from alpamayo_offload.planning.errors import BudgetError
-from alpamayo_offload.planning.gpu_profile import profile_engine
+from alpamayo_offload.planning.gpu_profile import add_host_terms, profile_engine
 from alpamayo_offload.planning.planner import PlannerOptions, interleaved_plan, plan, vram_needed
 from alpamayo_offload.planning.predictor import Placement, Workload, predict
 from alpamayo_offload.planning.profile import Profile, save_profile
@@ -83,73 +81,6 @@ def measure(engine: Any, model_input: Any, warmup: int, runs: int) -> dict[str, 
             'measured_device_ms': sum(stages[p] for p in DEVICE_PHASES),
             'peak_bytes': torch.cuda.max_memory_allocated(),
             'peak_reserved_bytes': torch.cuda.max_memory_reserved()}
-
-
-def host_issue_calls(engine: Any, model_input: Any) -> list[dict[str, Any]]:
-    """One inference with the host timed around every layer call (`collect.with_host_terms`).
-
-    A layer's first hook (prepended, before the runtime's) starts its clock; a second pre-hook
-    (after the runtime's) and the post-hook synchronise the device and subtract the wait, so the
-    issue time never contains compute or copies and the gaps between calls only short waits.
-    """
-    records: list[dict[str, Any]] = []
-    state: dict[str, Any] = {'last': None, 'open': None}
-    reps: dict[tuple[str, int], int] = defaultdict(int)
-
-    def wait() -> float:
-        t0 = time.perf_counter()
-        torch.cuda.synchronize()
-        return time.perf_counter() - t0
-
-    def begin(seq: str, idx: int) -> Any:
-        def hook(module: Any, args: Any) -> None:
-            now = time.perf_counter()
-            gap = 0.0 if state['last'] is None else 1000 * (now - state['last'])
-            state['open'] = [now, gap, 0.0]
-        return hook
-
-    def settle(module: Any, args: Any) -> None:
-        state['open'][2] += wait()
-
-    def end(seq: str, idx: int) -> Any:
-        def hook(module: Any, args: Any, output: Any) -> None:
-            start, gap, waited = state['open']
-            records.append({'sequence': seq, 'layer': idx, 'repetition': reps[(seq, idx)],
-                            'issue_ms': 1000 * (time.perf_counter() - start - waited),
-                            'gap_ms': gap})
-            reps[(seq, idx)] += 1
-            wait()
-            state['last'] = time.perf_counter()
-        return hook
-
-    def vision_starts(module: Any, args: Any) -> None:
-        wait()
-        state['last'] = time.perf_counter()
-
-    handles = [engine.model.vlm.model.visual.register_forward_pre_hook(vision_starts)]
-    for seq, layers in engine.model.layer_sequences().items():
-        for idx, layer in enumerate(layers):
-            handles += [layer.register_forward_pre_hook(begin(seq, idx), prepend=True),
-                        layer.register_forward_pre_hook(settle),
-                        layer.register_forward_hook(end(seq, idx))]
-    try:
-        engine.infer(model_input)
-    finally:
-        for handle in handles:
-            handle.remove()
-    return records
-
-
-def add_host_terms(engine: Any, model_input: Any, profile: Profile, runs: int) -> Profile:
-    """Steady host pre/postprocessing and per-call host issue times, pipelined, nothing resident."""
-    apply(engine, Placement.of(), None)
-    engine.infer(model_input)                                  # warm-up of this attach
-    host = [1000 * (r.timings['preprocess'] + r.timings['postprocess'])
-            for r in (engine.infer(model_input) for _ in range(max(1, runs)))]
-    LOG.info('host pre/postprocess %s ms (profiled run: %.0f ms)',
-             [round(h) for h in host], profile.host_ms)
-    return with_host_terms(profile, host_issue_calls(engine, model_input),
-                           host_ms=statistics.median(host))
 
 
 def row(kind: str, budget: int | None, placement: Placement, profile: Profile,

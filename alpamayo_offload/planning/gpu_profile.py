@@ -12,9 +12,10 @@ import datetime
 import logging
 import statistics
 import time
+from collections import defaultdict
 from typing import Any
 
-from alpamayo_offload.planning.collect import build_profile, model_identity
+from alpamayo_offload.planning.collect import build_profile, model_identity, with_host_terms
 from alpamayo_offload.planning.errors import PlanningError
 from alpamayo_offload.planning.profile import MachineInfo, Profile, VramProfile
 
@@ -74,10 +75,11 @@ def run_profile(*, model: str, device: str, decode_tokens: int, diffusion_steps:
         diffusion_steps=diffusion_steps, seed=seed, instrument=True)
     engine = Engine.from_config(config)
     torch.cuda.synchronize()
-    return profile_engine(engine, model=model, loaded_bytes=torch.cuda.memory_allocated(),
-                          warmup=warmup, settings={'decode_tokens': decode_tokens,
-                                                   'diffusion_steps': diffusion_steps,
-                                                   'seed': seed})
+    profile = profile_engine(engine, model=model, loaded_bytes=torch.cuda.memory_allocated(),
+                             warmup=warmup, settings={'decode_tokens': decode_tokens,
+                                                      'diffusion_steps': diffusion_steps,
+                                                      'seed': seed})
+    return add_host_terms(engine, engine.example_input(), profile, runs=3)
 
 
 def profile_engine(engine: Any, *, model: str, loaded_bytes: int, warmup: int,
@@ -129,3 +131,78 @@ def profile_engine(engine: Any, *, model: str, loaded_bytes: int, warmup: int,
                   'measured_working_set_bytes': max(0, peak - loaded_bytes),
                   'prompt_tokens': prompt, 'mode': 'sequential'},
         created_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'))
+
+
+def host_issue_calls(engine: Any, model_input: Any) -> list[dict[str, Any]]:
+    """One inference with the host timed around every layer call (`collect.with_host_terms`).
+
+    A layer's first hook (prepended, before the runtime's) starts its clock; a second pre-hook
+    (after the runtime's) and the post-hook synchronise the device and subtract the wait, so the
+    issue time never contains compute or copies and the gaps between calls only short waits.
+    """
+    import torch
+
+    records: list[dict[str, Any]] = []
+    state: dict[str, Any] = {'last': None, 'open': None}
+    reps: dict[tuple[str, int], int] = defaultdict(int)
+
+    def wait() -> float:
+        t0 = time.perf_counter()
+        torch.cuda.synchronize()
+        return time.perf_counter() - t0
+
+    def begin(seq: str, idx: int) -> Any:
+        def hook(module: Any, args: Any) -> None:
+            now = time.perf_counter()
+            gap = 0.0 if state['last'] is None else 1000 * (now - state['last'])
+            state['open'] = [now, gap, 0.0]
+        return hook
+
+    def settle(module: Any, args: Any) -> None:
+        state['open'][2] += wait()
+
+    def end(seq: str, idx: int) -> Any:
+        def hook(module: Any, args: Any, output: Any) -> None:
+            start, gap, waited = state['open']
+            records.append({'sequence': seq, 'layer': idx, 'repetition': reps[(seq, idx)],
+                            'issue_ms': 1000 * (time.perf_counter() - start - waited),
+                            'gap_ms': gap})
+            reps[(seq, idx)] += 1
+            wait()
+            state['last'] = time.perf_counter()
+        return hook
+
+    def vision_starts(module: Any, args: Any) -> None:
+        wait()
+        state['last'] = time.perf_counter()
+
+    handles = [engine.model.vlm.model.visual.register_forward_pre_hook(vision_starts)]
+    for seq, layers in engine.model.layer_sequences().items():
+        for idx, layer in enumerate(layers):
+            handles += [layer.register_forward_pre_hook(begin(seq, idx), prepend=True),
+                        layer.register_forward_pre_hook(settle),
+                        layer.register_forward_hook(end(seq, idx))]
+    try:
+        engine.infer(model_input)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return records
+
+
+def add_host_terms(engine: Any, model_input: Any, profile: Profile, runs: int) -> Profile:
+    """Return `profile` with steady host pre/postprocessing and per-call host issue times.
+
+    Measured on `engine` re-attached pipelined with nothing resident (and no VRAM cap).
+    """
+    import torch
+
+    torch.cuda.set_per_process_memory_fraction(1.0)
+    engine.replan(resident={}, mode='pipelined', budget_bytes=None, embed_on_host=False)
+    engine.infer(model_input)                                  # warm-up of this attach
+    host = [1000 * (r.timings['preprocess'] + r.timings['postprocess'])
+            for r in (engine.infer(model_input) for _ in range(max(1, runs)))]
+    LOG.info('host pre/postprocess %s ms (profiled run: %.0f ms)',
+             [round(h) for h in host], profile.host_ms)
+    return with_host_terms(profile, host_issue_calls(engine, model_input),
+                           host_ms=statistics.median(host))
