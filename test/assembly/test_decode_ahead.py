@@ -197,7 +197,7 @@ def test_decodes_and_pool_tasks_stay_bounded_when_the_background_stalls() -> Non
                                   90, 160, 480), CFG)
             assert len(buf) <= depth and buf.decodes_held() <= selectable
             assert buf.tasks_pending() <= selectable
-        assert pool._work_queue.qsize() <= selectable           # noqa: SLF001 - the bound itself
+        assert pool._work_queue.qsize() <= selectable           # the bound itself
         release.set()
     assert buf.decodes_held() == selectable and buf.stats.decoded == selectable
     assert buf.stats.cancelled == 300 - selectable
