@@ -7,12 +7,13 @@ prefill, decode, diffusion). Reported:
    decoded + resized in the background as they arrive; between the tick and the model call the
    node selects inputs (1.5 s ego history) and fetches the 16 decoded frames (decoding on demand
    only those not ready), after the model it builds the paths (ego + odometry frame). Measured
-   (a) with every frame ready and (b) live: a feeder thread sends 4 cameras x 10 Hz in real time
+   (a) with every frame ready and (b) live: a feeder thread sends 4 cameras x 10 Hz (--camera-hz)
+   in real time
    while a loop like the node's worker ticks, selects, fetches, runs the real engine and builds
    paths, so background decoding competes for the CPU as in the node;
 2. the same without decode-ahead (the 16 frames decoded + resized at the tick, at 1, 2 and all
    cores; and live);
-3. the background decode cost: CPU time per frame and per second of 4 x 10 Hz camera input.
+3. the background decode cost: CPU time per frame and per second of 4-camera input.
 
 Message conversion (in the subscription callbacks) and the engine's non-model stages
 (preprocess, postprocess, measured through the real engine) are reported beside. Frames are
@@ -63,9 +64,7 @@ NS = 1_000_000_000
 TARGET_MS = 5.0
 SLOTS = (0, 1, 2, 6)
 MODEL_PHASES = ('vision', 'prefill', 'decode', 'diffusion')
-CAMERA_RATE_HZ = 10.0
 BUFFER_DEPTH = 20                  # the node's buffers.camera_depth default
-MIN_INTERVAL_S = 0.08              # the node's images.decode_ahead_min_interval_s default
 
 
 def camera_jpeg(seed: int) -> bytes:
@@ -112,8 +111,9 @@ def verdict(ms: float) -> str:
     return f'{ms:7.2f} ms  (target <= {TARGET_MS} ms: {"met" if ms <= TARGET_MS else "NOT met"})'
 
 
-def ahead_buffers(pool: ThreadPoolExecutor | None) -> dict[int, DecodeAheadBuffer]:
-    return {s: DecodeAheadBuffer(BUFFER_DEPTH, pool, MIN_INTERVAL_S) for s in SLOTS}
+def ahead_buffers(pool: ThreadPoolExecutor | None,
+                  min_interval_s: float) -> dict[int, DecodeAheadBuffer]:
+    return {s: DecodeAheadBuffer(BUFFER_DEPTH, pool, min_interval_s) for s in SLOTS}
 
 
 def counting_lookup(bufs: dict[int, DecodeAheadBuffer], cfg: AssemblyConfig, hits: list[int]
@@ -150,11 +150,11 @@ def engine_stages(engine: Any, inputs: ModelInput, repeats: int) -> tuple[dict[s
 
 
 def steady_fetch_ms(cams: dict[int, list[EncodedImage]], sel: Selection, cfg: AssemblyConfig,
-                    threads: int, repeats: int) -> tuple[float, int]:
+                    threads: int, min_interval_s: float, repeats: int) -> tuple[float, int]:
     """Fetch of the 16 frames when every one was decoded ahead (median ms, hits per fetch)."""
     with ThreadPoolExecutor(min(threads, len(SLOTS))) as ahead_pool, \
             ThreadPoolExecutor(threads) as pool:
-        bufs = ahead_buffers(ahead_pool)
+        bufs = ahead_buffers(ahead_pool, min_interval_s)
         for slot in SLOTS:
             for frame in cams[slot]:
                 bufs[slot].push(frame, cfg)
@@ -166,19 +166,20 @@ def steady_fetch_ms(cams: dict[int, list[EncodedImage]], sel: Selection, cfg: As
 
 
 def live(frames: dict[int, list[EncodedImage]], cfg: AssemblyConfig, engine: Any, threads: int,
-         decode_ahead: bool, duration_s: float, period_s: float) -> dict[str, Any]:
+         decode_ahead: bool, args: argparse.Namespace) -> dict[str, Any]:
     """Cameras in real time (feeder thread) + the node's worker loop; per-tick figures.
 
-    Frames are stamped on a 10 Hz grid and pushed when due (each camera a few ms after the
-    previous, as separate callbacks would); a tick every `period_s` (after the first 0.5 s)
+    Frames are stamped on a `--camera-hz` grid and pushed when due (each camera a few ms after
+    the previous, as separate callbacks would); a tick every `--period-s` (after the first 0.5 s)
     selects, fetches, runs the engine and builds the paths, as the node's worker does.
     """
+    duration_s, period_s, rate = args.live_s, args.period_s, args.camera_hz
     base = 1_000 * NS
     odom = straight_odometry(base - 2 * NS, duration_s + 3.0)
     odom_stamps = [o.stamp_ns for o in odom]
     ahead_pool = ThreadPoolExecutor(min(threads, len(SLOTS))) if decode_ahead else None
     pool = ThreadPoolExecutor(threads)
-    bufs = ahead_buffers(ahead_pool)
+    bufs = ahead_buffers(ahead_pool, args.min_interval_s)
     stop = threading.Event()
     start = time.perf_counter()
 
@@ -186,9 +187,9 @@ def live(frames: dict[int, list[EncodedImage]], cfg: AssemblyConfig, engine: Any
         k = 0
         while not stop.is_set():
             for c, slot in enumerate(SLOTS):
-                due = start + k / CAMERA_RATE_HZ + 0.003 * c
+                due = start + k / rate + 0.003 * c
                 time.sleep(max(0.0, due - time.perf_counter()))
-                stamp = base + round(k * NS / CAMERA_RATE_HZ)
+                stamp = base + round(k * NS / rate)
                 bufs[slot].push(dataclasses.replace(frames[slot][k % len(frames[slot])],
                                                     stamp_ns=stamp), cfg)
             k += 1
@@ -250,6 +251,10 @@ def main() -> None:
     parser.add_argument('--live-s', type=float, default=8.0,
                         help='seconds of real-time camera input per live run')
     parser.add_argument('--period-s', type=float, default=0.25, help='tick period of the live runs')
+    parser.add_argument('--camera-hz', type=float, default=10.0,
+                        help='camera rate of the live runs')
+    parser.add_argument('--min-interval-s', type=float, default=0.08,
+                        help="the node's images.decode_ahead_min_interval_s")
     parser.add_argument('--json', type=Path, help='also write the figures here')
     args = parser.parse_args()
     when = datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')
@@ -275,20 +280,20 @@ def main() -> None:
             decode_ms[n], inputs = median_ms(
                 lambda p=pool, s=sel: decode_selection(s, cfg, p), args.repeats)
     assert inputs is not None and isinstance(sel, Selection)
-    fetch_ms, steady_hits = steady_fetch_ms(cams, sel, cfg, threads, args.repeats)
+    fetch_ms, steady_hits = steady_fetch_ms(cams, sel, cfg, threads, args.min_interval_s,
+                                            args.repeats)
 
     engine = load_engine(args.model, args.device, args.torch_threads)
     stages, result = engine_stages(engine, inputs, max(3, args.repeats // 3))
     path_ms, _ = median_ms(lambda: build_paths(result, inputs), args.repeats)
-    runs = {on: live(cams, cfg, engine, threads, on, args.live_s, args.period_s)
-            for on in (True, False)}
+    runs = {on: live(cams, cfg, engine, threads, on, args) for on in (True, False)}
     engine.close()
 
     engine_extra_ms = (stages['preprocess'] + stages['postprocess']) * 1e3
     ready_ms = select_ms + fetch_ms + path_ms
     on_demand_ms = select_ms + decode_ms[threads] + path_ms
     on, off = runs[True], runs[False]
-    frames_per_s = CAMERA_RATE_HZ * len(SLOTS)
+    frames_per_s = args.camera_hz * len(SLOTS)
     figures.update({
         'convert_ms': convert_ms, 'select_ms': select_ms, 'path_ms': path_ms,
         'decode_ms_by_threads': decode_ms, 'fetch_ready_ms': fetch_ms,
@@ -299,7 +304,8 @@ def main() -> None:
         'critical_path_on_demand_live_ms': off['node_ms'],
         'live_decode_ahead': on, 'live_on_demand': off,
         'background_cpu_ms_per_frame': on['background_cpu_ms_per_frame'],
-        'background_cpu_ms_per_s_at_4x10hz': on['background_cpu_ms_per_frame'] * frames_per_s})
+        'background_cpu_ms_per_s_of_input': on['background_cpu_ms_per_frame'] * frames_per_s
+        * on['background_decoded'] / max(1, on['background_decoded'] + on['background_skipped'])})
 
     print(f'node overhead per inference, {when}: {command}')
     print(f'4 cameras x 4 frames of 1920x1080 JPEG (~{size_kb:.0f} KB, q90) -> 576x320, {cores} '
@@ -311,7 +317,7 @@ def main() -> None:
     print('(1) critical path WITH decode-ahead (selection + fetch of the 16 frames + paths):')
     print(f'  fetch, all 16 decoded ahead ({steady_hits} ready)       {fetch_ms:7.2f} ms')
     print(f'  = critical path, frames ready                  {verdict(ready_ms)}')
-    print(f'  = live, 4 x {CAMERA_RATE_HZ:.0f} Hz in real time, {on["ticks"]} ticks with the '
+    print(f'  = live, 4 x {args.camera_hz:.0f} Hz in real time, {on["ticks"]} ticks with the '
           f'engine running ({100 * on["frames_ready_share"]:.0f}% of frames ready):')
     print(f'    median                                       {verdict(on["node_ms"])}')
     print(f'    p90 {on["node_ms_p90"]:.2f} ms, max {on["node_ms_max"]:.2f} ms (median selection '
@@ -327,9 +333,9 @@ def main() -> None:
     print(f'  per frame                                      '
           f'{on["background_cpu_ms_per_frame"]:7.2f} ms  ({on["background_decoded"]} frames, '
           f'{on["background_skipped"]} skipped by the interval rule)')
-    print(f'  per second of 4 x 10 Hz input                  '
-          f'{figures["background_cpu_ms_per_s_at_4x10hz"]:7.1f} ms  '
-          f'({figures["background_cpu_ms_per_s_at_4x10hz"] / 10:.1f}% of one core; measured '
+    per_s = figures['background_cpu_ms_per_s_of_input']
+    print(f'  per second of 4 x {args.camera_hz:.0f} Hz input                  {per_s:7.1f} ms  '
+          f'({per_s / 10:.1f}% of one core; measured '
           f'over the run: {on["background_cpu_ms_per_s"]:.1f} ms/s)')
     print(f'engine ({args.model}, {args.device}, {args.torch_threads} torch thread(s)) on the same '
           'input, median ms per stage:')

@@ -14,7 +14,10 @@ Which frames are decoded ahead, per camera (the rest are decoded on demand if se
 - a frame less than `min_interval_s` from a frame of the same camera already decoded (or queued)
   ahead is not: the model takes frames 0.1 s apart, so at 0.08 s every frame of a 10 Hz camera
   (jitter up to +-10 ms) is decoded ahead, but only every third of a 30 Hz camera, which keeps the
-  background cost at most ~12.5 frames/s per camera. 0 decodes every frame.
+  background cost at most ~12.5 frames/s per camera. The price: t0 is whichever frame is newest
+  at the tick, so at 30 Hz the four frames of a camera are ready only when t0 falls on the decoded
+  phase (measured: often none are). 0 decodes every frame, which such cameras need for a short
+  critical path (three times the background CPU at 30 Hz).
 
 Bounded like the frame buffer: a frame's decode (its pixels, or its place in the queue) is
 dropped when the frame leaves the buffer or falls behind the selectable age.

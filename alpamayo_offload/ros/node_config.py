@@ -52,8 +52,9 @@ PARAMETERS: dict[str, tuple[Any, str]] = {
                                   'when an inference starts'),
     'images.decode_ahead_min_interval_s': (0.08, 'decode ahead a frame only if no frame of its '
                                                  'camera within this interval already is (the '
-                                                 'model takes frames 0.1 s apart; 0: every '
-                                                 'frame)'),
+                                                 'model takes frames 0.1 s apart); 0: every '
+                                                 'frame, which cameras above ~12 Hz need for '
+                                                 'their frames to be ready (t0 is any frame)'),
     'cameras.slots': ([0, 1, 2, 6], 'Alpamayo camera index of each camera topic'),
     'cameras.topics': (['~/input/camera_0/image', '~/input/camera_1/image',
                         '~/input/camera_2/image', '~/input/camera_6/image'],
