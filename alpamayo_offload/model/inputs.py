@@ -4,6 +4,13 @@ Images go through transformers' PIL `Qwen2VLImageProcessorPil` with the release 
 explicitly (no hub): smart-resize to multiples of 32, bicubic, rescale 1/255, mean = std = 0.5.
 This is the slow path the fixture's goldens used; the release's fast torchvision path differs by a
 few intensity levels at most.
+
+`preprocess_images` reproduces that processor bit for bit without its per-image float64 passes:
+frames not already at the smart-resize target get the processor's own PIL bicubic resize (uint8 in,
+uint8 out), then rescale + normalise is one 256-entry lookup table per channel (built by the
+processor's own `rescale`/`normalize`, so every value is the processor's), applied after the
+patch reordering is done on uint8 for all frames at once. `preprocess_images_reference` keeps the
+processor path for tests.
 """
 from __future__ import annotations
 
@@ -12,7 +19,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+from PIL import Image
+from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
+    Qwen2VLImageProcessorPil,
+    smart_resize,
+)
 
 from .config import AlpamayoConfig
 from .errors import ModelInputError
@@ -47,16 +58,65 @@ def make_image_processor(cfg: AlpamayoConfig) -> Qwen2VLImageProcessorPil:
     )
 
 
-def preprocess_images(images: np.ndarray | torch.Tensor,
-                      cfg: AlpamayoConfig) -> tuple[torch.Tensor, torch.Tensor]:
-    """(n_cam, n_frames, H, W, 3) uint8 RGB -> pixel_values, image_grid_thw (camera-major)."""
+def _as_frames(images: np.ndarray | torch.Tensor) -> np.ndarray:
+    """Validate (n_cam, n_frames, H, W, 3) uint8 RGB -> (n_cam * n_frames, H, W, 3)."""
     arr = images.cpu().numpy() if isinstance(images, torch.Tensor) else np.asarray(images)
     if arr.ndim != 5 or arr.shape[-1] != 3 or arr.dtype != np.uint8:
         raise ModelInputError(f"images: got shape {arr.shape} dtype {arr.dtype}; expected "
                               "(n_cameras, n_frames, H, W, 3) uint8 RGB")
-    flat = [np.ascontiguousarray(img) for img in arr.reshape(-1, *arr.shape[2:])]
+    return arr.reshape(-1, *arr.shape[2:])
+
+
+def model_image_size_hw(height: int, width: int, cfg: AlpamayoConfig) -> tuple[int, int]:
+    """(H, W) the processor resizes a height x width frame to; frames already there skip it."""
+    v, tk = cfg.vision, cfg.tokens
+    return smart_resize(height, width, factor=v.patch_size * v.spatial_merge_size,
+                        min_pixels=tk.min_pixels, max_pixels=tk.max_pixels)
+
+
+def preprocess_images_reference(images: np.ndarray | torch.Tensor,
+                                cfg: AlpamayoConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """Run the transformers processor itself, image by image (what the goldens used; slow)."""
+    flat = [np.ascontiguousarray(img) for img in _as_frames(images)]
     out = make_image_processor(cfg)(images=flat, return_tensors="pt")
     return out["pixel_values"].float(), out["image_grid_thw"].long()
+
+
+def _value_tables(proc: Qwen2VLImageProcessorPil) -> np.ndarray:
+    """(3, 256) float32: the processor's rescale + normalise of every uint8 value per channel."""
+    levels = np.broadcast_to(np.arange(256, dtype=np.uint8), (3, 1, 256))  # (C, H=1, W) like CHW
+    scaled = proc.rescale(np.ascontiguousarray(levels), proc.rescale_factor)
+    return proc.normalize(scaled, proc.image_mean, proc.image_std)[:, 0, :]
+
+
+def preprocess_images(images: np.ndarray | torch.Tensor,
+                      cfg: AlpamayoConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """(n_cam, n_frames, H, W, 3) uint8 RGB -> pixel_values, image_grid_thw (camera-major).
+
+    Bit-identical to `preprocess_images_reference`; vectorised over all frames.
+    """
+    frames = _as_frames(images)
+    n, height, width = frames.shape[:3]
+    th, tw = model_image_size_hw(height, width, cfg)
+    if (th, tw) != (height, width):  # the processor's resize: PIL bicubic on the uint8 frame
+        frames = np.stack([np.asarray(Image.fromarray(np.ascontiguousarray(f)).resize(
+            (tw, th), Image.Resampling.BICUBIC)) for f in frames])
+    v = cfg.vision
+    p, m, t = v.patch_size, v.spatial_merge_size, v.temporal_patch_size
+    gh, gw = th // p, tw // p
+    # (n, gh/m, m, p, gw/m, m, p, C) -> (n, gh/m, gw/m, m, m, C, p, p): the processor's order
+    patches = np.ascontiguousarray(frames.reshape(n, gh // m, m, p, gw // m, m, p, 3)
+                                   .transpose(0, 1, 4, 2, 5, 7, 3, 6)).reshape(-1, 3, 1, p * p)
+    tables = _value_tables(make_image_processor(cfg))
+    if (tables == tables[:1]).all():
+        values = np.take(tables[0], patches, mode="clip")
+    else:
+        values = np.stack([np.take(tables[c], patches[:, c], mode="clip") for c in range(3)], 1)
+    # each frame repeated over the temporal patch: (P, C, 1, p*p) -> (P, C * t * p * p)
+    pixel_values = np.broadcast_to(values, (values.shape[0], 3, t, p * p)).reshape(
+        values.shape[0], -1)
+    grid = torch.tensor([[1, gh, gw]], dtype=torch.long).expand(n, 3).contiguous()
+    return torch.from_numpy(pixel_values), grid
 
 
 def to_t0_frame(xyz_world: np.ndarray | torch.Tensor, rot_world: np.ndarray | torch.Tensor,
