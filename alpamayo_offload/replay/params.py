@@ -15,21 +15,15 @@ import yaml
 from alpamayo_offload.planning.errors import PlanningError
 from alpamayo_offload.replay.config import CameraTopic, ReplayConfig
 from alpamayo_offload.replay.errors import ReplayConfigError
-from alpamayo_offload.ros.node_config import PARAMETERS, config_from_values
+from alpamayo_offload.ros.node_config import (
+    PARAMETERS,
+    config_from_values,
+    flatten_parameters,
+)
 from alpamayo_offload.ros.vram import resolve_budget
 
 DEFAULT_NODE_NAME = 'alpamayo_offload'
 
-
-def _flatten(tree: Mapping[str, Any], prefix: str = '') -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in tree.items():
-        name = f'{prefix}{key}'
-        if isinstance(value, Mapping):
-            out.update(_flatten(value, name + '.'))
-        else:
-            out[name] = value
-    return out
 
 
 def read_param_file(path: Path, node_name: str = DEFAULT_NODE_NAME) -> dict[str, Any]:
@@ -44,7 +38,7 @@ def read_param_file(path: Path, node_name: str = DEFAULT_NODE_NAME) -> dict[str,
     for node in ('/**', node_name, f'/{node_name}'):
         section = data.get(node)
         if isinstance(section, Mapping) and isinstance(section.get('ros__parameters'), Mapping):
-            values.update(_flatten(section['ros__parameters']))
+            values.update(flatten_parameters(section['ros__parameters']))
     if not values:
         raise ReplayConfigError(f'parameter file {str(path)!r} has no `/**: ros__parameters` (or '
                                 f'`{node_name}: ros__parameters`) section')

@@ -12,6 +12,7 @@ resident list is written `[-1]` there (ROS cannot type an empty list); the plann
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,6 +93,18 @@ RESTART_ONLY = frozenset(
      'buffers.odometry_depth', 'diagnostics.period_s'}
     | {k for k in PARAMETERS if k.startswith(('resident_layers.', 'decode.', 'cameras.'))})
 
+
+
+def flatten_parameters(tree: Mapping[str, Any], prefix: str = '') -> dict[str, Any]:
+    """Nested `ros__parameters` YAML -> dotted names, as ROS 2 names them (`a: {b: 1}` -> `a.b`)."""
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        name = f'{prefix}{key}'
+        if isinstance(value, Mapping):
+            out.update(flatten_parameters(value, name + '.'))
+        else:
+            out[name] = value
+    return out
 
 @dataclass(frozen=True)
 class CameraInput:

@@ -9,6 +9,7 @@ import yaml
 
 from alpamayo_offload.ros import carla, params
 from alpamayo_offload.ros.errors import ParameterError
+from alpamayo_offload.ros.node_config import flatten_parameters
 
 ROOT = Path(__file__).resolve().parents[2]
 OBJECTS = ROOT / 'config' / 'carla_objects.json'
@@ -17,14 +18,6 @@ CARLA_YAML = ROOT / 'config' / 'carla.yaml'
 RIG = {0: (120.0, 1), 1: (120.0, 0), 2: (120.0, -1), 6: (30.0, 0)}
 
 
-def flatten(tree: dict, prefix: str = '') -> dict:
-    out = {}
-    for k, v in tree.items():
-        if isinstance(v, dict):
-            out.update(flatten(v, f'{prefix}{k}.'))
-        else:
-            out[f'{prefix}{k}'] = v
-    return out
 
 
 def ego_vehicle() -> dict:
@@ -55,7 +48,8 @@ def test_rig_matches_alpamayo_cameras_in_the_spawner_format() -> None:
 
 
 def test_carla_parameter_file_is_valid_and_relative_budget_needs_cuda() -> None:
-    carla_values = flatten(yaml.safe_load(CARLA_YAML.read_text())['/**']['ros__parameters'])
+    carla_values = flatten_parameters(
+        yaml.safe_load(CARLA_YAML.read_text())['/**']['ros__parameters'])
     assert set(carla_values) <= set(params.PARAMETERS)
     defaults = {name: default for name, (default, _) in params.PARAMETERS.items()}
     launch = carla.node_overrides(carla.DEFAULT_ROLE, 'free-1.5GiB', '[-1.389, 0.0, 0.0]',

@@ -17,18 +17,11 @@ from alpamayo_offload.planning.params import (
     write_plan_params,
 )
 from alpamayo_offload.planning.units import format_bytes, parse_budget, parse_bytes
+from alpamayo_offload.ros.node_config import flatten_parameters
 
 GIB = 2**30
 
 
-def _flatten(d: dict, prefix: str = '') -> dict:
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out |= _flatten(v, f'{prefix}{k}.')
-        else:
-            out[f'{prefix}{k}'] = v
-    return out
 
 
 def test_empty_list_convention() -> None:
@@ -48,7 +41,7 @@ def test_yaml_has_exact_keys_and_round_trips(tmp_path: Path) -> None:
     write_plan_params(path, params, header='test\nsecond line')
     raw = yaml.safe_load(path.read_text())
     assert list(raw) == ['/**'] and list(raw['/**']) == ['ros__parameters']
-    flat = _flatten(raw['/**']['ros__parameters'])
+    flat = flatten_parameters(raw['/**']['ros__parameters'])
     assert tuple(flat) == PARAM_KEYS
     assert flat['resident_layers.vit'] == [-1] and flat['resident_layers.lm'] == [0, 7, 14]
     assert isinstance(flat['embed_on_host'], bool) and flat['vram_budget'] == '12.000GiB'

@@ -8,22 +8,15 @@ from rclpy.parameter import Parameter
 
 from alpamayo_offload.ros import params
 from alpamayo_offload.ros.errors import ParameterError
+from alpamayo_offload.ros.node_config import flatten_parameters
 
 CONFIG = Path(__file__).resolve().parents[2] / 'config' / 'alpamayo_offload.yaml'
 
 
-def flatten(tree: dict, prefix: str = '') -> dict:
-    out = {}
-    for k, v in tree.items():
-        if isinstance(v, dict):
-            out.update(flatten(v, f'{prefix}{k}.'))
-        else:
-            out[f'{prefix}{k}'] = v
-    return out
 
 
 def yaml_values() -> dict:
-    return flatten(yaml.safe_load(CONFIG.read_text())['/**']['ros__parameters'])
+    return flatten_parameters(yaml.safe_load(CONFIG.read_text())['/**']['ros__parameters'])
 
 
 def test_yaml_keys_match_declared_parameters() -> None:
