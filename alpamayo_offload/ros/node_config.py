@@ -106,6 +106,7 @@ def flatten_parameters(tree: Mapping[str, Any], prefix: str = '') -> dict[str, A
             out[name] = value
     return out
 
+
 @dataclass(frozen=True)
 class CameraInput:
     """One subscribed camera."""

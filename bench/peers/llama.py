@@ -18,6 +18,7 @@ from torch import nn
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
+from alpamayo_offload.planning.closed_forms import interleaved_indices
 from alpamayo_offload.runtime import (
     BudgetError,
     LayerSequence,
@@ -97,10 +98,6 @@ def build_llama(settings: LlamaSettings, device: torch.device) -> LlamaForCausal
         torch.cuda.empty_cache()
     return model.eval()
 
-
-def strided(count: int, total: int) -> tuple[int, ...]:
-    """`count` indices spread evenly over `total` (the paper's interleaving)."""
-    return tuple(sorted({(i * total) // count for i in range(count)})) if count else ()
 
 
 class LlamaBench(RowBench):
@@ -182,7 +179,8 @@ class LlamaBench(RowBench):
         fixed = sum(hf_peers.module_bytes(m) for m in self._non_layer())
         for k in range(len(layers), -1, -1):    # most resident layers that fit the cap
             try:
-                runtime = OffloadRuntime([seq], ResidencyPlan({'lm': strided(k, len(layers))}),
+                plan = ResidencyPlan({'lm': interleaved_indices(k, len(layers))})
+                runtime = OffloadRuntime([seq], plan,
                                          mode=Mode.PIPELINED, device=self.device,
                                          budget_bytes=spec.cap_bytes, fixed_bytes=fixed,
                                          working_set_bytes=self.working_set_bytes())
@@ -196,7 +194,7 @@ class LlamaBench(RowBench):
             module.to(self.device)
         runtime.attach()
         self.runtime = runtime
-        return {'resident_layers': list(strided(k, len(layers))),
+        return {'resident_layers': list(plan.indices('lm')),
                 'required_bytes': runtime.vram_plan.required_bytes}
 
     def _attach_peer(self, spec: RowSpec, headroom_gib: float) -> dict[str, Any]:
