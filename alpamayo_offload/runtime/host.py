@@ -7,11 +7,16 @@ page-aligned region of it, so the pinned bytes are the layers' bytes rounded up 
 One registration rather than one per layer: the driver maps registrations at a granularity
 coarser than a page, and two small neighbouring registrations can collide
 (``cudaErrorHostMemoryAlreadyRegistered``, seen on an H200 with 20-45 KiB layers).
+
+The registration is undone by a finalizer as well as by :meth:`HostArena.release`: an arena
+dropped without release would otherwise be unmapped while still registered, and the next arena
+mapped at the same address would fail to register.
 """
 from __future__ import annotations
 
 import logging
 import mmap
+import weakref
 from collections.abc import Sequence
 
 import torch
@@ -67,24 +72,44 @@ class HostArena:
             self._register()
 
     def _register(self) -> None:
-        cudart = torch.cuda.cudart()
-        err = cudart.cudaHostRegister(self.tensor.data_ptr(), self.span, 0)
-        if int(err) != 0:
+        ptr = self.tensor.data_ptr()
+        err = int(torch.cuda.cudart().cudaHostRegister(ptr, self.span, 0))
+        if err != 0:
+            _consume_pending_cuda_error()
             raise HostMemoryError(
-                f'cudaHostRegister of {self.span} B failed with CUDA error {int(err)}; raise the '
+                f'cudaHostRegister of {self.span} B failed with CUDA error {err}; raise the '
                 'memlock limit (ulimit -l) or stream fewer layers'
             )
+        self._unregister = weakref.finalize(self, _unregister, ptr)
         self.pinned = True
 
     def release(self) -> None:
         """Unregister (if pinned) and drop the memory; the regions are unusable afterwards."""
         if self.pinned:
-            err = torch.cuda.cudart().cudaHostUnregister(self.tensor.data_ptr())
-            if int(err) != 0:
-                logger.warning('cudaHostUnregister failed with CUDA error %d', int(err))
+            self._unregister()
             self.pinned = False
         empty = torch.empty(0, dtype=torch.uint8)
         for region in self.regions:
             region.tensor, region.span = empty, 0
         self.tensor = empty
         self._map = None   # unmapped once the last view of it is gone
+
+
+def _unregister(ptr: int) -> None:
+    err = int(torch.cuda.cudart().cudaHostUnregister(ptr))
+    if err != 0:
+        _consume_pending_cuda_error()
+        logger.warning('cudaHostUnregister failed with CUDA error %d', err)
+
+
+def _consume_pending_cuda_error() -> None:
+    """Clear the error a failed cudaHost(Un)register leaves as CUDA's last error.
+
+    PyTorch checks the last error after each kernel launch, so it would otherwise surface as a
+    failure of whatever CUDA operation this process runs next (seen on an H200: a tensor
+    allocation raised cudaErrorHostMemoryAlreadyRegistered). A launch here takes it instead.
+    """
+    try:
+        torch.zeros(1, device='cuda')
+    except RuntimeError as err:   # torch.AcceleratorError is a RuntimeError
+        logger.debug('cleared pending CUDA error: %s', err)

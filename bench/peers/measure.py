@@ -71,8 +71,13 @@ def max_abs_diff(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray]) -> fl
 
 
 def deterministic_pass(infer: Callable[[], RunOutput]) -> RunOutput:
-    """One run with deterministic algorithms on (the correctness pass; also the warm-up)."""
-    torch.use_deterministic_algorithms(True, warn_only=True)
+    """One run with deterministic algorithms on (the correctness pass; also the warm-up).
+
+    Strict mode, never `warn_only=True`: with warn_only PyTorch still selects cuDNN attention and
+    split-key memory-efficient attention, which are not run-to-run deterministic (measured on the
+    H200: two preload runs 0.7 m apart). An op without a deterministic kernel fails the row.
+    """
+    torch.use_deterministic_algorithms(True)
     try:
         return timed(infer)
     finally:

@@ -160,3 +160,19 @@ def test_layers_already_on_the_device_go_back_there() -> None:
     rt.detach()
     for n, p in model.lm.named_parameters():
         assert p.is_cuda and torch.equal(p, before[n])
+
+
+def test_dropped_arena_is_unregistered_so_the_next_one_registers() -> None:
+    """An arena dropped without release() must not leave its pages registered (H200 failure:
+    the next arena, mapped at the same address, got cudaErrorHostMemoryAlreadyRegistered)."""
+    import gc
+
+    from alpamayo_offload.runtime.host import HostArena
+
+    sizes = [3 << 20, 5 << 20]
+    for _ in range(3):
+        arena = HostArena(sizes, pin=True)
+        assert arena.pinned and arena.regions[0].tensor.is_pinned()
+        del arena
+        gc.collect()
+    torch.zeros(1, device='cuda')   # no pending CUDA error surfaces here
