@@ -144,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument('--llama-layers', type=int, default=32)
     ap.add_argument('--llama-prompt', type=int, default=512)
     ap.add_argument('--llama-new-tokens', type=int, default=64)
+    ap.add_argument('--deterministic-timing', action='store_true',
+                    help='run the timed runs in strict deterministic mode (default mode otherwise)')
     ap.add_argument('--report-only', action='store_true', help='rebuild from rows.jsonl')
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format='%(asctime)s %(levelname)s %(name)s: '
@@ -173,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
             diffusion_steps=args.diffusion_steps, image_hw=(h, w), runs=args.runs,
             peer_runs=args.peer_runs, slow_runs=args.slow_runs,
             accel_headroom_gib=args.accel_headroom_gib, profile_path=args.profile,
-            out_dir=str(args.out)), deadline)
+            out_dir=str(args.out), deterministic_timing=args.deterministic_timing), deadline)
         meta['alpamayo_build_s'] = bench.build_s
         drive(bench, alpamayo_schedule(parse_caps(args.cap), runtimes), log, deadline,
               estimator)
@@ -186,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
             llama = LlamaBench(LlamaSettings(
                 device=args.device, layers=args.llama_layers, prompt_tokens=args.llama_prompt,
                 new_tokens=args.llama_new_tokens, runs=args.runs, peer_runs=args.peer_runs,
-                slow_runs=args.slow_runs), deadline)
+                slow_runs=args.slow_runs, deterministic_timing=args.deterministic_timing),
+                deadline)
             meta['llama_build_s'] = llama.build_s
             drive(llama, llama_schedule(parse_caps(args.llama_cap), runtimes), log, deadline,
                   estimator)

@@ -17,7 +17,7 @@ import torch
 
 from alpamayo_offload.engine import Engine, EngineConfig, PhaseClock
 from alpamayo_offload.model import SyntheticTextIds, prepare_inputs, run_inference
-from alpamayo_offload.planning.gpu_profile import profile_engine
+from alpamayo_offload.planning.gpu_profile import add_host_terms, profile_engine
 from alpamayo_offload.planning.planner import PlannerOptions, plan, vram_needed
 from alpamayo_offload.planning.predictor import Pipeline, Placement, Workload, predict
 from alpamayo_offload.planning.profile import Profile, load_profile, save_profile
@@ -47,6 +47,7 @@ class AlpamayoSettings:
     peer_runs: int = 2        # diffusers
     slow_runs: int = 1        # Accelerate (about 20-60 s per inference)
     accel_headroom_gib: float = 4.0
+    deterministic_timing: bool = False   # timed runs in strict deterministic mode
     profile_path: str | None = None
     out_dir: str | None = None
 
@@ -63,7 +64,7 @@ class AlpamayoBench(RowBench):
 
     def __init__(self, settings: AlpamayoSettings, deadline: Deadline) -> None:
         super().__init__(deadline, settings.runs, settings.peer_runs, settings.slow_runs,
-                         settings.accel_headroom_gib)
+                         settings.accel_headroom_gib, settings.deterministic_timing)
         self.s = settings
         self.device = torch.device(settings.device)
         self.cuda = self.device.type == 'cuda'
@@ -102,6 +103,9 @@ class AlpamayoBench(RowBench):
                                  loaded_bytes=torch.cuda.memory_allocated(), warmup=1,
                                  settings={'decode_tokens': self.s.decode_tokens,
                                            'diffusion_steps': self.s.diffusion_steps})
+        # Host pre/postprocessing and per-call issue times, as `alpamayo-offload profile` adds
+        # them: the rows' end-to-end figures include preprocessing (0.4-0.7 s on the H200 VM).
+        profile = add_host_terms(self.engine, self.model_input, profile, runs=2)
         if self.s.out_dir:
             save_profile(profile, f'{self.s.out_dir}/profile.json')
         return profile

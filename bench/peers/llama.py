@@ -53,6 +53,7 @@ class LlamaSettings:
     peer_runs: int = 2
     slow_runs: int = 1
     accel_headroom_gib: float = 1.5
+    deterministic_timing: bool = False   # timed runs in strict deterministic mode
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -107,7 +108,7 @@ class LlamaBench(RowBench):
 
     def __init__(self, settings: LlamaSettings, deadline: Deadline) -> None:
         super().__init__(deadline, settings.runs, settings.peer_runs, settings.slow_runs,
-                         settings.accel_headroom_gib)
+                         settings.accel_headroom_gib, settings.deterministic_timing)
         self.s = settings
         self.device = torch.device(settings.device)
         self.cuda = self.device.type == 'cuda'

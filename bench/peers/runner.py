@@ -45,7 +45,7 @@ class RowBench:
     model_name = 'model'
 
     def __init__(self, deadline: Deadline, runs: int, peer_runs: int, slow_runs: int,
-                 headroom_gib: float) -> None:
+                 headroom_gib: float, deterministic_timing: bool = False) -> None:
         for name, value in (('runs', runs), ('peer_runs', peer_runs), ('slow_runs', slow_runs)):
             if not 1 <= value <= 50:
                 raise ValueError(f'{name} = {value}: must be in 1..50')
@@ -54,6 +54,7 @@ class RowBench:
         self.deadline = deadline
         self.runs, self.peer_runs, self.slow_runs = runs, peer_runs, slow_runs
         self.headroom_gib = headroom_gib
+        self.deterministic_timing = deterministic_timing
         self.peer: hf_peers.Attached | None = None
         self.current: tuple[str, float | None] | None = None
         self.reference: RunOutput | None = None
@@ -107,7 +108,8 @@ class RowBench:
                 figures, det, last = measure(
                     lambda: self.infer(spec), warmup=1 if spec.runtime in OURS else 0,
                     runs=self.timed_runs(spec), deadline=self.deadline,
-                    reference=self.reference, reference_timed=self.reference_timed)
+                    reference=self.reference, reference_timed=self.reference_timed,
+                    deterministic_timing=self.deterministic_timing)
                 row.update(figures)
                 row['pinned_bytes'] = row['caching_pinned_bytes'] + row.get(
                     'registered_pinned_bytes', 0)

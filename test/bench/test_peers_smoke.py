@@ -71,6 +71,18 @@ def test_tiny_alpamayo_rows_run_and_ours_is_bit_exact(tmp_path: Path) -> None:
     assert bench_peers.main(['--out', str(out), '--report-only']) == 0
 
 
+def test_deterministic_timing_times_in_strict_mode(tmp_path: Path) -> None:
+    out = tmp_path / 'strict'
+    assert bench_peers.main(['--out', str(out), '--cap', '8', '--budget-s', '300',
+                             '--runtimes', 'preload,ours-pipelined', '--deterministic-timing',
+                             *TINY]) == 0
+    rows = _rows(out)
+    assert [r['status'] for r in rows] == ['ok', 'ok']
+    assert all(r['timing_mode'] == 'deterministic' for r in rows)
+    assert rows[1]['max_abs_diff'] == rows[1]['max_abs_diff_default_mode'] == 0.0
+    assert not torch.are_deterministic_algorithms_enabled()     # switched off again
+
+
 def test_time_budget_skips_rows_instead_of_overrunning(tmp_path: Path) -> None:
     out = tmp_path / 'budget'
     assert bench_peers.main(['--out', str(out), '--cap', '8', '--budget-s', '0.5',
