@@ -24,6 +24,7 @@ from .model import (
     AlpamayoR1,
     CheckpointTensorSource,
     DecodeOptions,
+    ImageSizing,
     ModelError,
     ModelInputError,
     SyntheticTextIds,
@@ -394,6 +395,15 @@ class Engine:
             self._runtime.reset_stats()
             self._calls_seen = 0
         return stats
+
+    @property
+    def image_sizing(self) -> ImageSizing:
+        """How the model's processor sizes frames: `resize` a frame with it ahead of `infer`.
+
+        A frame resized so gives the model the same pixels as the full frame (and skips the
+        resize in `infer`'s preprocessing).
+        """
+        return ImageSizing.of(self.model.cfg)
 
     def example_input(self, height: int = 1080, width: int = 1920) -> _ExampleInput:
         """Return a fixed input: 4 cameras x 4 frames of moving gradients, a gentle curve."""

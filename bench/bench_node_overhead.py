@@ -1,7 +1,10 @@
-"""Node overhead per inference for four 1920x1080 JPEG cameras, measured against the 5 ms target.
+"""Host overhead per inference for four 1920x1080 JPEG cameras, measured against the 5 ms target.
 
-"Overhead" is everything the node does per inference besides the model's own phases (vision,
-prefill, decode, diffusion). Reported:
+"Host overhead" is everything done per inference besides the model's own phases (vision, prefill,
+decode, diffusion): the node's critical path plus the engine's host stages (preprocess,
+postprocess), per inference, median and p90 of the live run. Frames are resized to the loaded
+model's own input size (the node default, `images.height/width` 0; `--image-size HxW` for a fixed
+size), so decode + resize runs in the background and is reported separately. Reported:
 
 1. the critical path with decode-ahead (`images.decode_ahead`, the node default): frames are
    decoded + resized in the background as they arrive; between the tick and the model call the
@@ -15,12 +18,14 @@ prefill, decode, diffusion). Reported:
    cores; and live);
 3. the background decode cost: CPU time per frame and per second of 4-camera input.
 
-Message conversion (in the subscription callbacks) and the engine's non-model stages
-(preprocess, postprocess, measured through the real engine) are reported beside. Frames are
+Message conversion (in the subscription callbacks) is reported beside. The engine's postprocess
+stage is everything between and after the model's phases; an instrumented pass splits off its
+per-token part (masking + greedy argmax of each token's logits in the decode loop). Frames are
 textured ~290 KB q90 JPEGs (a plain gradient compresses to 90 KB and decodes twice as fast as a
 camera frame).
 
 Run: .venv/bin/python bench/bench_node_overhead.py [--device cuda --model DIR] [--json OUT.json]
+     [--image-size 320x576]
 """
 from __future__ import annotations
 
@@ -62,6 +67,7 @@ from alpamayo_offload.ros.conversions import path_msg, to_odom_frame
 
 NS = 1_000_000_000
 TARGET_MS = 5.0
+HOST_STAGES = ('preprocess', 'postprocess')   # the engine's stages besides the model's phases
 SLOTS = (0, 1, 2, 6)
 MODEL_PHASES = ('vision', 'prefill', 'decode', 'diffusion')
 BUFFER_DEPTH = 20                  # the node's buffers.camera_depth default
@@ -120,7 +126,7 @@ def counting_lookup(bufs: dict[int, DecodeAheadBuffer], cfg: AssemblyConfig, hit
                     ) -> Callable[[int, EncodedImage], Future[Decoded] | None]:
     """The node's lookup: a finished background decode or None; counts hits into `hits[0]`."""
     def ahead(slot: int, frame: EncodedImage) -> Future[Decoded] | None:
-        found = bufs[slot].ready(frame, cfg.image_size_hw)
+        found = bufs[slot].ready(frame, cfg.frame_size)
         hits[0] += found is not None
         return found
     return ahead
@@ -147,6 +153,42 @@ def engine_stages(engine: Any, inputs: ModelInput, repeats: int) -> tuple[dict[s
     runs = [engine.infer(inputs) for _ in range(repeats)]
     stages = {k: statistics.median(r.timings[k] for r in runs) for k in runs[0].timings}
     return stages, runs[-1]
+
+
+def token_selection_ms(engine: Any, inputs: ModelInput, repeats: int) -> tuple[float, float]:
+    """Instrumented pass: ms per inference (median) spent picking tokens, and tokens per inference.
+
+    Masking the trajectory ids and the greedy pick over each token's logits run between the
+    decode passes, so the engine counts them in its postprocess stage.
+    """
+    from alpamayo_offload.model import inference
+
+    spent = [0.0]
+    calls = [0]
+    originals = {name: getattr(inference, name) for name in ('_mask_traj_tokens', '_next_token')}
+
+    def timed(fn: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapper(*a: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return fn(*a)
+            finally:
+                spent[0] += time.perf_counter() - start
+                calls[0] += fn is originals['_next_token']
+        return wrapper
+
+    per_run = []
+    try:
+        for name, fn in originals.items():
+            setattr(inference, name, timed(fn))
+        for _ in range(repeats):
+            spent[0] = 0.0
+            engine.infer(inputs)
+            per_run.append(spent[0] * 1e3)
+    finally:
+        for name, fn in originals.items():
+            setattr(inference, name, fn)
+    return statistics.median(per_run), calls[0] / repeats
 
 
 def steady_fetch_ms(cams: dict[int, list[EncodedImage]], sel: Selection, cfg: AssemblyConfig,
@@ -214,9 +256,13 @@ def live(frames: dict[int, list[EncodedImage]], cfg: AssemblyConfig, engine: Any
         build_paths(result, inputs)
         t4 = time.perf_counter()
         model_s = sum(result.timings[k] for k in MODEL_PHASES)
+        host_s = sum(result.timings[k] for k in HOST_STAGES)
         ticks.append({'select_ms': (t1 - t0) * 1e3, 'fetch_ms': (t2 - t1) * 1e3,
                       'path_ms': (t4 - t3) * 1e3,
                       'node_ms': (t2 - t0 + t4 - t3) * 1e3,
+                      'preprocess_ms': result.timings['preprocess'] * 1e3,
+                      'postprocess_ms': result.timings['postprocess'] * 1e3,
+                      'host_ms': (t2 - t0 + t4 - t3 + host_s) * 1e3,
                       'engine_non_model_ms': (t3 - t2 - model_s) * 1e3,
                       'all_but_model_ms': (t4 - t0 - model_s) * 1e3, 'hits': hits[0]})
         next_tick = max(next_tick + period_s, time.perf_counter())
@@ -233,6 +279,8 @@ def live(frames: dict[int, list[EncodedImage]], cfg: AssemblyConfig, engine: Any
     out.update({
         'ticks': len(ticks), 'node_ms_p90': float(np.percentile([t['node_ms'] for t in ticks], 90)),
         'node_ms_max': max(t['node_ms'] for t in ticks),
+        'host_ms_p90': float(np.percentile([t['host_ms'] for t in ticks], 90)),
+        'host_ms_max': max(t['host_ms'] for t in ticks),
         'frames_ready_share': sum(t['hits'] for t in ticks) / (16 * len(ticks)),
         'fed_s': fed_s, 'background_decoded': decoded,
         'background_skipped': sum(st.skipped for st in stats),
@@ -255,6 +303,9 @@ def main() -> None:
                         help='camera rate of the live runs')
     parser.add_argument('--min-interval-s', type=float, default=0.08,
                         help="the node's images.decode_ahead_min_interval_s")
+    parser.add_argument('--image-size', metavar='HxW', default=None,
+                        help="resize frames to this fixed size (the node's images.height/width); "
+                             "default: the loaded model's own input size (the node default)")
     parser.add_argument('--json', type=Path, help='also write the figures here')
     args = parser.parse_args()
     when = datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')
@@ -263,12 +314,21 @@ def main() -> None:
     msgs = messages()
     size_kb = statistics.mean(len(m.data) for ms in msgs.values() for m in ms) / 1e3
     odom = straight_odometry(99 * NS, 2.0)
-    cfg = AssemblyConfig(image_size_hw=(320, 576))
+    engine = load_engine(args.model, args.device, args.torch_threads)
+    fixed: tuple[int, int] | None = None
+    if args.image_size:
+        height, width = (int(v) for v in args.image_size.lower().split('x'))
+        fixed = (height, width)
+    cfg = AssemblyConfig(image_size_hw=fixed, model_sizing=engine.image_sizing)
+    frame_hw = fixed or engine.image_sizing.size_hw(1080, 1920)
+    size_text = (f'{frame_hw[1]}x{frame_hw[0]} ' +
+                 ('(fixed, bilinear)' if fixed else "(the model's own size, its bicubic)"))
     cores = os.cpu_count() or 1
     threads = min(16, cores)             # the node's images.decode_threads default (0: per core)
     figures: dict[str, Any] = {'date': when, 'command': command,
                                'cpu': platform.processor() or platform.machine(), 'cores': cores,
-                               'jpeg_kb': size_kb, 'target_ms': TARGET_MS}
+                               'jpeg_kb': size_kb, 'target_ms': TARGET_MS,
+                               'frame_hw': list(frame_hw), 'frame_resize': size_text}
 
     convert_ms, cams = median_ms(
         lambda: {s: [image_from_msg(m) for m in msgs[s]] for s in SLOTS}, args.repeats)
@@ -283,13 +343,14 @@ def main() -> None:
     fetch_ms, steady_hits = steady_fetch_ms(cams, sel, cfg, threads, args.min_interval_s,
                                             args.repeats)
 
-    engine = load_engine(args.model, args.device, args.torch_threads)
+    assert inputs.images.shape[2:4] == tuple(frame_hw)
     stages, result = engine_stages(engine, inputs, max(3, args.repeats // 3))
+    select_tokens_ms, tokens = token_selection_ms(engine, inputs, max(3, args.repeats // 3))
     path_ms, _ = median_ms(lambda: build_paths(result, inputs), args.repeats)
     runs = {on: live(cams, cfg, engine, threads, on, args) for on in (True, False)}
     engine.close()
 
-    engine_extra_ms = (stages['preprocess'] + stages['postprocess']) * 1e3
+    engine_extra_ms = sum(stages[k] for k in HOST_STAGES) * 1e3
     ready_ms = select_ms + fetch_ms + path_ms
     on_demand_ms = select_ms + decode_ms[threads] + path_ms
     on, off = runs[True], runs[False]
@@ -298,6 +359,9 @@ def main() -> None:
         'convert_ms': convert_ms, 'select_ms': select_ms, 'path_ms': path_ms,
         'decode_ms_by_threads': decode_ms, 'fetch_ready_ms': fetch_ms,
         'engine_stage_ms': {k: v * 1e3 for k, v in stages.items()},
+        'postprocess_token_selection_ms': select_tokens_ms, 'tokens_per_inference': tokens,
+        'host_overhead_ready_ms': ready_ms + engine_extra_ms,
+        'host_overhead_live_ms': on['host_ms'], 'host_overhead_live_p90_ms': on['host_ms_p90'],
         'critical_path_decode_ahead_ready_ms': ready_ms,
         'critical_path_decode_ahead_live_ms': on['node_ms'],
         'critical_path_on_demand_ms': on_demand_ms,
@@ -307,10 +371,10 @@ def main() -> None:
         'background_cpu_ms_per_s_of_input': on['background_cpu_ms_per_frame'] * frames_per_s
         * on['background_decoded'] / max(1, on['background_decoded'] + on['background_skipped'])})
 
-    print(f'node overhead per inference, {when}: {command}')
-    print(f'4 cameras x 4 frames of 1920x1080 JPEG (~{size_kb:.0f} KB, q90) -> 576x320, {cores} '
-          f'cores ({figures["cpu"]}), {threads} decode threads; median of {args.repeats} unless '
-          'said')
+    print(f'host overhead per inference, {when}: {command}')
+    print(f'4 cameras x 4 frames of 1920x1080 JPEG (~{size_kb:.0f} KB, q90) -> {size_text}, '
+          f'{cores} cores ({figures["cpu"]}), {threads} decode threads; median of {args.repeats} '
+          'unless said')
     print(f'  message conversion, 16 msgs (callbacks, not the tick) {convert_ms:7.2f} ms')
     print(f'  selection + 1.5 s ego history                  {select_ms:7.2f} ms')
     print(f'  path building (ego + odom frame)               {path_ms:7.2f} ms')
@@ -339,13 +403,20 @@ def main() -> None:
           f'over the run: {on["background_cpu_ms_per_s"]:.1f} ms/s)')
     print(f'engine ({args.model}, {args.device}, {args.torch_threads} torch thread(s)) on the same '
           'input, median ms per stage:')
-    print('  ' + '  '.join(f'{k} {v * 1e3:.1f}' for k, v in stages.items()))
-    print(f'  non-model engine stages (preprocess + postprocess) {engine_extra_ms:7.2f} ms '
-          f'(live: {on["engine_non_model_ms"]:.2f} ms incl. engine bookkeeping)')
-    print(f'  everything except the model phases, live, decode-ahead  '
-          f'{verdict(on["all_but_model_ms"])}')
-    print(f'  everything except the model phases, live, on demand     '
-          f'{verdict(off["all_but_model_ms"])}')
+    print('  ' + '  '.join(f'{k} {v * 1e3:.2f}' for k, v in stages.items()))
+    print(f'  postprocess: of which token selection in the decode loop (mask + greedy argmax '
+          f'over the logits, {tokens:.0f} tokens; instrumented pass) {select_tokens_ms:.2f} ms')
+    print('HOST OVERHEAD per inference = node critical path + engine preprocess + postprocess '
+          '(decode + resize not included: background, (3)):')
+    print(f'  frames ready: {ready_ms:.2f} + {stages["preprocess"] * 1e3:.2f} + '
+          f'{stages["postprocess"] * 1e3:.2f} =     {verdict(ready_ms + engine_extra_ms)}')
+    print(f'  live, decode-ahead, {on["ticks"]} ticks: median (node {on["node_ms"]:.2f}, '
+          f'preprocess {on["preprocess_ms"]:.2f}, postprocess {on["postprocess_ms"]:.2f})')
+    print(f'    median                                       {verdict(on["host_ms"])}')
+    print(f'    p90                                          {verdict(on["host_ms_p90"])}')
+    print(f'    max {on["host_ms_max"]:.2f} ms; everything except the model phases (incl. engine '
+          f'bookkeeping) {on["all_but_model_ms"]:.2f} ms median')
+    print(f'  live, on demand (no decode-ahead): median     {verdict(off["host_ms"])}')
     if args.json:
         args.json.write_text(json.dumps(figures, indent=1) + '\n')
 

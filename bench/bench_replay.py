@@ -86,6 +86,7 @@ def main() -> None:
         t = time.perf_counter()
         engine = Engine.from_config(EngineConfig(**cfg.engine))
         load_s = time.perf_counter() - t
+        cfg = cfg.with_model_sizing(engine.image_sizing)
         report_dir = args.out / 'report'
         t = time.perf_counter()
         res = replay_session(bags, cfg, engine.infer, report_dir, model_info=engine.info,

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .decode import Decoded, decode_image
+from .decode import Decoded, FrameSize, FrameSizing, decode_image
 from .errors import (
     CAMERA_MISSING,
     CAMERA_STOPPED,
@@ -34,7 +34,12 @@ DecodedLookup = Callable[[int, EncodedImage], 'Future[Decoded] | None']
 
 @dataclass(frozen=True)
 class AssemblyConfig:
-    """How inputs are selected and validated; defaults follow the Alpamayo-R1 input contract."""
+    """How inputs are selected and validated; defaults follow the Alpamayo-R1 input contract.
+
+    Frames are resized to `image_size_hw` when set (`images.height/width`), else to the model's
+    own input size by `model_sizing` (the loaded engine's `image_sizing`, set once it is known:
+    the model gets exactly the pixels it would make of the full frame), else kept at native size.
+    """
 
     camera_slots: tuple[int, ...] = (0, 1, 2, 6)
     frame_offsets_s: tuple[float, ...] = (0.3, 0.2, 0.1, 0.0)
@@ -47,7 +52,8 @@ class AssemblyConfig:
     odometry_tolerance_s: float = 0.05
     max_input_age_s: float = 1.0
     max_camera_skew_s: float = 0.5
-    image_size_hw: tuple[int, int] | None = (320, 576)
+    image_size_hw: tuple[int, int] | None = None
+    model_sizing: FrameSizing | None = None
 
     def __post_init__(self) -> None:
         slots = self.camera_slots
@@ -69,7 +75,12 @@ class AssemblyConfig:
             raise ValueError(f'rear_axle_offset {self.rear_axle_offset} must be (x, y, z) metres')
         if self.image_size_hw is not None and min(self.image_size_hw) <= 0:
             raise ValueError(f'image_size_hw {self.image_size_hw} must be positive or None '
-                             '(native size)')
+                             "(the model's size)")
+
+    @property
+    def frame_size(self) -> FrameSize:
+        """What frames are resized to: `image_size_hw`, else `model_sizing`, else None (native)."""
+        return self.image_size_hw if self.image_size_hw is not None else self.model_sizing
 
     @property
     def selectable_age_s(self) -> float:
@@ -185,7 +196,7 @@ def decode_selection(sel: Selection, cfg: AssemblyConfig, pool: Executor | None 
     start = time.perf_counter()
     flat = [(slot, f) for slot, cam in zip(sel.camera_slots, sel.frames, strict=True)
             for f in cam]
-    decoded = _decode_frames(flat, cfg.image_size_hw, pool, ahead)
+    decoded = _decode_frames(flat, cfg.frame_size, pool, ahead)
     per_cam = len(cfg.frame_offsets_s)
     for c, slot in enumerate(sel.camera_slots):
         sizes = {src for _, src in decoded[c * per_cam:(c + 1) * per_cam]}
@@ -208,14 +219,14 @@ def decode_selection(sel: Selection, cfg: AssemblyConfig, pool: Executor | None 
         decode_s=time.perf_counter() - start, source_hw=source_hw)
 
 
-def _decode_frames(flat: list[tuple[int, EncodedImage]], size_hw: tuple[int, int] | None,
+def _decode_frames(flat: list[tuple[int, EncodedImage]], size: FrameSize,
                    pool: Executor | None, ahead: DecodedLookup | None) -> list[Decoded]:
     found = [ahead(slot, f) if ahead is not None else None for slot, f in flat]
     if pool is not None:
-        found = [fut if fut is not None else pool.submit(decode_image, f, size_hw)
+        found = [fut if fut is not None else pool.submit(decode_image, f, size)
                  for fut, (_, f) in zip(found, flat, strict=True)]
     try:
-        return [fut.result() if fut is not None else decode_image(f, size_hw)
+        return [fut.result() if fut is not None else decode_image(f, size)
                 for fut, (_, f) in zip(found, flat, strict=True)]
     finally:   # after an error, on-demand decodes not started yet are not needed (finished: no-op)
         for fut in found:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import io
+from typing import Protocol
 
 import numpy as np
 from PIL import Image
@@ -14,19 +15,44 @@ Decoded = tuple[np.ndarray, tuple[int, int]]
 _CHANNELS = {'rgb8': 3, 'bgr8': 3, 'rgba8': 4, 'bgra8': 4, 'mono8': 1}
 
 
-def decode_image(image: EncodedImage, size_hw: tuple[int, int] | None) -> Decoded:
-    """Decode to (H, W, 3) RGB uint8, resized to `size_hw` when given.
+class FrameSizing(Protocol):
+    """The loaded model's own frame sizing (the engine's `image_sizing`; assembly imports no model).
+
+    A value: two sizings of the same model compare equal.
+    """
+
+    def size_hw(self, height: int, width: int) -> tuple[int, int]:
+        """(H, W) the model's processor resizes a height x width frame to."""
+
+    def resize(self, image: Image.Image) -> Image.Image:
+        """Resize a full RGB frame exactly as the model's processor does."""
+
+
+# (H, W): a fixed size; FrameSizing: the model's size; None: the native size.
+FrameSize = tuple[int, int] | FrameSizing | None
+
+
+def decode_image(image: EncodedImage, size: FrameSize) -> Decoded:
+    """Decode to (H, W, 3) RGB uint8, resized by `size`.
+
+    - (H, W), a fixed size (`images.height/width`): bilinear, and JPEGs are decoded at reduced
+      scale through `Image.draft` when the target is much smaller (the DCT scaling makes 1080p
+      decodes several times cheaper); the model then resizes this frame again if it wants another
+      size.
+    - a `FrameSizing`, the model's: the full frame is decoded and resized by the model's own
+      resize to its input size, so the model gets the very pixels it would make of the full
+      frame (and does not resize again).
+    - None: the native size.
 
     Returns the pixels and the frame's *source* size (height, width), which the assembler compares
-    across the frames of one camera. JPEGs are decoded at reduced scale through `Image.draft` when
-    the target is much smaller (the DCT scaling makes 1080p decodes several times cheaper).
+    across the frames of one camera.
     """
     if image.compressed:
-        return _decode_compressed(image, size_hw)
-    return _decode_raw(image, size_hw)
+        return _decode_compressed(image, size)
+    return _decode_raw(image, size)
 
 
-def _decode_raw(image: EncodedImage, size_hw: tuple[int, int] | None) -> Decoded:
+def _decode_raw(image: EncodedImage, size: FrameSize) -> Decoded:
     if image.encoding not in _CHANNELS:
         raise InputError(IMAGE_ENCODING,
                          f'raw encoding {image.encoding!r} at stamp {image.stamp_ns} is not '
@@ -55,14 +81,17 @@ def _decode_raw(image: EncodedImage, size_hw: tuple[int, int] | None) -> Decoded
         px = px[:, :, 2::-1]
     else:
         px = px[:, :, :3]
-    if size_hw is not None and (h, w) != size_hw:
-        resized = Image.fromarray(np.ascontiguousarray(px)).resize(
-            (size_hw[1], size_hw[0]), Image.Resampling.BILINEAR)
-        return np.asarray(resized), (h, w)
+    if isinstance(size, tuple):
+        if (h, w) != size:
+            resized = Image.fromarray(np.ascontiguousarray(px)).resize(
+                (size[1], size[0]), Image.Resampling.BILINEAR)
+            return np.asarray(resized), (h, w)
+    elif size is not None and size.size_hw(h, w) != (h, w):
+        return np.asarray(size.resize(Image.fromarray(np.ascontiguousarray(px)))), (h, w)
     return np.ascontiguousarray(px), (h, w)
 
 
-def _decode_compressed(image: EncodedImage, size_hw: tuple[int, int] | None) -> Decoded:
+def _decode_compressed(image: EncodedImage, size: FrameSize) -> Decoded:
     fmt = image.encoding.lower()
     if 'jpeg' not in fmt and 'jpg' not in fmt and 'png' not in fmt:
         raise InputError(IMAGE_ENCODING, f'compressed format {image.encoding!r} at stamp '
@@ -70,8 +99,8 @@ def _decode_compressed(image: EncodedImage, size_hw: tuple[int, int] | None) -> 
     try:
         img = Image.open(io.BytesIO(image.data))
         src_hw = (img.height, img.width)
-        if size_hw is not None and img.format == 'JPEG':
-            img.draft('RGB', (size_hw[1], size_hw[0]))
+        if isinstance(size, tuple) and img.format == 'JPEG':
+            img.draft('RGB', (size[1], size[0]))
         img = img.convert('RGB')
     except OSError as err:  # PIL raises OSError subclasses for both truncated and corrupt data
         reason = IMAGE_TRUNCATED if 'truncated' in str(err).lower() else IMAGE_CORRUPT
@@ -80,6 +109,9 @@ def _decode_compressed(image: EncodedImage, size_hw: tuple[int, int] | None) -> 
     except (ValueError, SyntaxError) as err:  # PIL's PNG chunk parser raises SyntaxError
         raise InputError(IMAGE_CORRUPT, f'{image.encoding} frame at stamp {image.stamp_ns} '
                          f'does not decode: {err}') from err
-    if size_hw is not None and (img.height, img.width) != size_hw:
-        img = img.resize((size_hw[1], size_hw[0]), Image.Resampling.BILINEAR)
+    if isinstance(size, tuple):
+        if (img.height, img.width) != size:
+            img = img.resize((size[1], size[0]), Image.Resampling.BILINEAR)
+    elif size is not None:
+        img = size.resize(img)
     return np.asarray(img), src_hw

@@ -8,6 +8,8 @@ input is byte-identical either way, and a frame that failed to decode ahead rais
 `InputError` only when an inference selects it.
 
 Which frames are decoded ahead, per camera (the rest are decoded on demand if selected):
+- none while the size to decode to is unknown (`AssemblyConfig.frame_size` None: in the node,
+  while the model that sets it loads): a native 1080p frame is 6 MB, and no inference runs yet;
 - a frame older than `AssemblyConfig.selectable_age_s` before the camera's newest frame is not:
   no inference can select it (t0 lies at most `max_camera_skew_s` before the newest stamp of any
   camera, and frames at most `max(frame_offsets_s) + frame_tolerance_s` before t0);
@@ -31,7 +33,7 @@ from dataclasses import dataclass
 
 from .assembler import AssemblyConfig
 from .buffers import StampedBuffer
-from .decode import Decoded, decode_image
+from .decode import Decoded, FrameSize, decode_image
 from .messages import EncodedImage
 
 _NS = 1_000_000_000
@@ -42,7 +44,7 @@ class DecodeAheadStats:
     """Counters of one buffer (read under no lock: figures for diagnostics and benchmarks)."""
 
     decoded: int = 0        # background decodes finished, failures included
-    skipped: int = 0        # frames the interval/age rule did not decode ahead
+    skipped: int = 0        # frames the interval/age/size rules did not decode ahead
     cancelled: int = 0      # queued decodes dropped before they started (evicted or not needed)
     hits: int = 0           # selected frames found decoded ahead
     misses: int = 0         # selected frames left to on-demand decoding
@@ -52,7 +54,7 @@ class DecodeAheadStats:
 @dataclass(frozen=True)
 class _Entry:
     image: EncodedImage
-    size_hw: tuple[int, int] | None
+    size: FrameSize
     future: Future[Decoded]
 
 
@@ -60,7 +62,7 @@ class DecodeAheadBuffer:
     """A camera's bounded frame buffer that decodes the frames an inference may use on arrival.
 
     `snapshot`, `newest_stamp` and `len` are `StampedBuffer`'s, so selection is unchanged;
-    `push` also takes the assembly config (model input size, selectable age), read at each
+    `push` also takes the assembly config (frame size, selectable age), read at each
     arrival so run-time parameter changes apply; `ready` hands out finished background decodes.
     With `pool=None` nothing is decoded ahead (the buffer behaves as a `StampedBuffer`).
 
@@ -98,19 +100,20 @@ class DecodeAheadBuffer:
             for stamp in [s for s in self._decodes if s not in keep]:
                 self._drop(stamp)
             stamp = image.stamp_ns
-            if stamp not in keep or any(abs(stamp - s) < self._min_interval_ns
-                                        for s in self._decodes):
+            size = cfg.frame_size
+            if size is None or stamp not in keep or any(abs(stamp - s) < self._min_interval_ns
+                                                        for s in self._decodes):
                 self.stats.skipped += 1
                 return True
-            self._decodes[stamp] = _Entry(image, cfg.image_size_hw, Future())
+            self._decodes[stamp] = _Entry(image, size, Future())
             self._queued.append(stamp)
             if self._tasks < len(self._queued):
                 self._tasks += 1
                 self._pool.submit(self._decode_next)
             return True
 
-    def ready(self, frame: EncodedImage, size_hw: tuple[int, int] | None) -> Future[Decoded] | None:
-        """Return the finished background decode of `frame` at `size_hw`, else None.
+    def ready(self, frame: EncodedImage, size: FrameSize) -> Future[Decoded] | None:
+        """Return the finished background decode of `frame` resized by `size`, else None.
 
         None means: decode it on demand. A decode still queued is dropped (the caller decodes
         the frame itself now); one running is left to finish. A finished future holds the
@@ -118,7 +121,7 @@ class DecodeAheadBuffer:
         """
         with self._lock:
             entry = self._decodes.get(frame.stamp_ns)
-            if entry is not None and entry.image is frame and entry.size_hw == size_hw \
+            if entry is not None and entry.image is frame and entry.size == size \
                     and entry.future.done():
                 self.stats.hits += 1
                 return entry.future
@@ -166,7 +169,7 @@ class DecodeAheadBuffer:
             entry.future.set_running_or_notify_cancel()
         start = time.thread_time()
         try:
-            entry.future.set_result(decode_image(entry.image, entry.size_hw))
+            entry.future.set_result(decode_image(entry.image, entry.size))
         except Exception as err:  # noqa: BLE001 - stored; raised when the frame is selected
             entry.future.set_exception(err)
         finally:

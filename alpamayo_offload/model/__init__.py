@@ -10,14 +10,20 @@ from .checkpoint import CheckpointTensorSource, load_checkpoint, save_checkpoint
 from .config import AlpamayoConfig, full_config, preset, scaled_config, tiny_config
 from .errors import CheckpointError, ConfigError, ModelError, ModelInputError
 from .inference import DecodeOptions, InferenceResult, Rollout, run_inference
-from .inputs import ModelInputs, inputs_from_processed, prepare_inputs, to_t0_frame
+from .inputs import (
+    ImageSizing,
+    ModelInputs,
+    inputs_from_processed,
+    prepare_inputs,
+    to_t0_frame,
+)
 from .observer import NullObserver, PhaseObserver
 from .tokens import SyntheticTextIds, TextEncoder, TokenizerDirEncoder
 
 __all__ = [
     "AlpamayoConfig", "AlpamayoR1", "CheckpointError", "CheckpointTensorSource", "ConfigError",
-    "DecodeOptions", "InferenceResult", "ModelError", "ModelInputError", "ModelInputs",
-    "NullObserver", "PhaseObserver", "Rollout", "SyntheticTextIds", "TextEncoder",
+    "DecodeOptions", "ImageSizing", "InferenceResult", "ModelError", "ModelInputError",
+    "ModelInputs", "NullObserver", "PhaseObserver", "Rollout", "SyntheticTextIds", "TextEncoder",
     "TokenizerDirEncoder", "build_meta", "build_random", "full_config", "inputs_from_processed",
     "load_checkpoint", "materialize_random", "prepare_inputs", "preset", "run_inference",
     "save_checkpoint", "scaled_config", "tiny_config", "to_t0_frame",

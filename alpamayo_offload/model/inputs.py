@@ -7,10 +7,11 @@ few intensity levels at most.
 
 `preprocess_images` reproduces that processor bit for bit without its per-image float64 passes:
 frames not already at the smart-resize target get the processor's own PIL bicubic resize (uint8 in,
-uint8 out), then rescale + normalise is one 256-entry lookup table per channel (built by the
-processor's own `rescale`/`normalize`, so every value is the processor's), applied after the
-patch reordering is done on uint8 for all frames at once. `preprocess_images_reference` keeps the
-processor path for tests.
+uint8 out; `ImageSizing`, which the node and replay also use to resize frames to the model's size
+before they reach the engine), then rescale + normalise is one 256-entry lookup table per channel
+(built by the processor's own `rescale`/`normalize`, so every value is the processor's), applied
+after the patch reordering is done on uint8 for all frames at once. `preprocess_images_reference`
+keeps the processor path for tests.
 """
 from __future__ import annotations
 
@@ -67,11 +68,44 @@ def _as_frames(images: np.ndarray | torch.Tensor) -> np.ndarray:
     return arr.reshape(-1, *arr.shape[2:])
 
 
+@dataclass(frozen=True)
+class ImageSizing:
+    """How the processor sizes a frame for one model config.
+
+    The smart-resize target of the frame's size, reached by PIL bicubic on the uint8 frame
+    (frames already there are kept). A value (equal for equal configs) that code outside the
+    model uses to resize frames early (the node, ahead of time; replay): a frame passed through
+    `resize` gives the same `pixel_values` as the full frame, bit for bit, because
+    `preprocess_images` resizes with this same method.
+    """
+
+    factor: int
+    min_pixels: int
+    max_pixels: int
+
+    @classmethod
+    def of(cls, cfg: AlpamayoConfig) -> ImageSizing:
+        """Return the sizing of `cfg`'s image processor."""
+        v, tk = cfg.vision, cfg.tokens
+        return cls(v.patch_size * v.spatial_merge_size, tk.min_pixels, tk.max_pixels)
+
+    def size_hw(self, height: int, width: int) -> tuple[int, int]:
+        """(H, W) the processor resizes a height x width frame to."""
+        h, w = smart_resize(height, width, factor=self.factor, min_pixels=self.min_pixels,
+                            max_pixels=self.max_pixels)
+        return int(h), int(w)
+
+    def resize(self, image: Image.Image) -> Image.Image:
+        """Resize an RGB frame as the processor does (returned as is when already at size)."""
+        th, tw = self.size_hw(image.height, image.width)
+        if (image.height, image.width) == (th, tw):
+            return image
+        return image.resize((tw, th), Image.Resampling.BICUBIC)
+
+
 def model_image_size_hw(height: int, width: int, cfg: AlpamayoConfig) -> tuple[int, int]:
     """(H, W) the processor resizes a height x width frame to; frames already there skip it."""
-    v, tk = cfg.vision, cfg.tokens
-    return smart_resize(height, width, factor=v.patch_size * v.spatial_merge_size,
-                        min_pixels=tk.min_pixels, max_pixels=tk.max_pixels)
+    return ImageSizing.of(cfg).size_hw(height, width)
 
 
 def preprocess_images_reference(images: np.ndarray | torch.Tensor,
@@ -97,10 +131,11 @@ def preprocess_images(images: np.ndarray | torch.Tensor,
     """
     frames = _as_frames(images)
     n, height, width = frames.shape[:3]
-    th, tw = model_image_size_hw(height, width, cfg)
+    sizing = ImageSizing.of(cfg)
+    th, tw = sizing.size_hw(height, width)
     if (th, tw) != (height, width):  # the processor's resize: PIL bicubic on the uint8 frame
-        frames = np.stack([np.asarray(Image.fromarray(np.ascontiguousarray(f)).resize(
-            (tw, th), Image.Resampling.BICUBIC)) for f in frames])
+        frames = np.stack([np.asarray(sizing.resize(Image.fromarray(np.ascontiguousarray(f))))
+                           for f in frames])
     v = cfg.vision
     p, m, t = v.patch_size, v.spatial_merge_size, v.temporal_patch_size
     gh, gw = th // p, tw // p

@@ -76,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, EngineError) as err:
         _LOG.error('cannot build the engine: %s', err)
         return 2
+    cfg = cfg.with_model_sizing(engine.image_sizing)
     try:
         result = replay_session(
             bags, cfg, engine.infer, args.out, model_info=engine.info, resume=args.resume,

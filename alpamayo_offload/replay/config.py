@@ -1,11 +1,12 @@
 """What one replay run is configured with: the node's inputs plus the evaluation rate and limits."""
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from alpamayo_offload.assembly import AssemblyConfig
+from alpamayo_offload.assembly import AssemblyConfig, FrameSizing
 from alpamayo_offload.replay.bag_reader import COMPRESSED_IMAGE_TYPE, IMAGE_TYPE, ODOMETRY_TYPE
 
 
@@ -73,6 +74,15 @@ class ReplayConfig:
         out = {c.topic: (c.msgtype,) for c in self.cameras}
         out[self.odometry_topic] = (ODOMETRY_TYPE,)
         return out
+
+    def with_model_sizing(self, sizing: FrameSizing | None) -> ReplayConfig:
+        """Return a copy with the loaded model's frame sizing (the engine's `image_sizing`).
+
+        As in the node: without `images.height/width` frames are then resized to the model's own
+        input size when assembled, which gives the model the same pixels as the full frames.
+        """
+        return dataclasses.replace(self, assembly=dataclasses.replace(self.assembly,
+                                                                      model_sizing=sizing))
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON-able form, for the report and the resume fingerprint."""

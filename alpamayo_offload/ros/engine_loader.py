@@ -28,6 +28,7 @@ from ..runtime.errors import BudgetError as RuntimeBudgetError
 from .vram import ResolvedBudget, resolve_budget
 
 if TYPE_CHECKING:
+    from ..assembly import FrameSizing
     from .node_config import NodeConfig
 
 LOG = logging.getLogger(__name__)
@@ -40,6 +41,7 @@ class LoadedEngine:
     engine: Any                 # engine.Engine (imported lazily: torch is heavy)
     report: dict[str, Any]      # budget spec, free VRAM at start, resolved budget, threads, plan
     warning: str                # '' unless the configured plan had to change
+    image_sizing: FrameSizing | None = None   # the model's frame sizing (None: frames as sent)
 
 
 @dataclass(frozen=True)
@@ -79,7 +81,7 @@ def load_engine(cfg: NodeConfig) -> LoadedEngine:
                    f'{chosen["resident_layers"]}); re-run `alpamayo-offload plan --budget '
                    f'{budget.spec}` with the simulator running')
         LOG.warning('%s', warning)
-    return LoadedEngine(engine, report, warning)
+    return LoadedEngine(engine, report, warning, engine.image_sizing)
 
 
 def _first_that_fits(cfg: NodeConfig, budget: ResolvedBudget, configured: _Plan,

@@ -2,13 +2,15 @@
 
 A thin adapter: callbacks only stash encoded messages in bounded buffers (with
 `images.decode_ahead`, a small pool decodes and resizes each frame an inference may use in the
-background as it arrives); a timer with an in-flight guard selects time-correct inputs (latest
-only, never a queue) and hands them to one worker thread, which takes the frames decoded ahead,
-decodes the rest, runs the engine and publishes. The model loads in a thread at start; until it
-is ready every tick is reported as skipped with `model_loading`.
+background as it arrives: to the loaded model's own input size, which the engine tells once it
+has loaded, unless `images.height/width` set one); a timer with an in-flight guard selects
+time-correct inputs (latest only, never a queue) and hands them to one worker thread, which takes
+the frames decoded ahead, decodes the rest, runs the engine and publishes. The model loads in a
+thread at start; until it is ready every tick is reported as skipped with `model_loading`.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -32,6 +34,7 @@ from ..assembly import (
     DecodeAheadBuffer,
     Decoded,
     EncodedImage,
+    FrameSizing,
     InputError,
     Selection,
     StampedBuffer,
@@ -65,6 +68,7 @@ class AlpamayoOffloadNode(Node):
         self._lock = threading.Lock()
         self._status = diag.NodeStatus()
         self._engine: Any = None
+        self._sizing: FrameSizing | None = None   # the model's, once loaded
         self._inflight: Future[None] | None = None
         self._serial = 0   # numbers input evaluations, so a late worker never hides a newer one
         self._worker = ThreadPoolExecutor(1, thread_name_prefix='inference')
@@ -115,6 +119,8 @@ class AlpamayoOffloadNode(Node):
             return
         with self._lock:
             self._engine = loaded.engine
+            self._sizing = loaded.image_sizing
+            self._cfg = self._sized(self._cfg)
             self._status.engine_info = dict(loaded.engine.info)
             self._status.start_info = dict(loaded.report)
             self._status.start_warning = loaded.warning
@@ -178,7 +184,7 @@ class AlpamayoOffloadNode(Node):
 
         def ahead(slot: int, frame: EncodedImage) -> Future[Decoded] | None:
             nonlocal ready_ahead
-            found = self._cameras[slot].ready(frame, cfg.assembly.image_size_hw)
+            found = self._cameras[slot].ready(frame, cfg.assembly.frame_size)
             ready_ahead += found is not None
             return found
 
@@ -219,6 +225,7 @@ class AlpamayoOffloadNode(Node):
             st.stages.update(timings)
             st.stages.update({
                 't_image_decode_ms': inputs.decode_s * 1e3, 'frames_decoded_ahead': ready_ahead,
+                'input_image_hw': inputs.images.shape[2:4],   # frames as handed to the engine
                 'decode_ahead_cpu_ms_per_frame': self._ahead_cpu_ms_per_frame(),
                 'decode_tokens': result.decode_tokens,
                 't_engine_total_ms': result.timings.get('total', float('nan')) * 1e3,
@@ -255,8 +262,16 @@ class AlpamayoOffloadNode(Node):
         if cfg.period_s != self._cfg.period_s:
             self._timer.timer_period_ns = int(cfg.period_s * 1e9)
             self._timer.reset()
-        self._cfg = cfg
+        with self._lock:
+            self._cfg = self._sized(cfg)
         return SetParametersResult(successful=True)
+
+    def _sized(self, cfg: params.NodeConfig) -> params.NodeConfig:
+        """`cfg` with the model's frame sizing once it is known (parameters do not carry it)."""
+        if self._sizing is None:
+            return cfg
+        return dataclasses.replace(cfg, assembly=dataclasses.replace(
+            cfg.assembly, model_sizing=self._sizing))
 
     def close(self) -> None:
         """Stop the worker threads (an inference in flight finishes first)."""

@@ -43,14 +43,19 @@ PARAMETERS: dict[str, tuple[Any, str]] = {
     'decode.fixed_tokens': (0, 'decode exactly this many tokens (0: stop at the end token)'),
     'decode.diffusion_steps': (10, 'flow-matching steps'),
     'decode.seed': (0, 'sampling seed'),
-    'images.height': (320, 'height images are resized to before the model (0: native)'),
-    'images.width': (576, 'width images are resized to before the model (0: native)'),
+    'images.height': (0, "height frames are resized to before the model (bilinear; the model "
+                         "then resizes again if it wants another size); 0: the loaded model's "
+                         'own input size, resized as the model itself resizes the full frame '
+                         '(same pixels as sending it the full frame)'),
+    'images.width': (0, 'width frames are resized to before the model; 0 with images.height 0: '
+                        "the loaded model's own input size"),
     'images.decode_threads': (0, 'threads decoding the 16 frames of one inference in parallel '
                                  f'(0: one per core, at most {MAX_AUTO_DECODE_THREADS})'),
     'images.decode_ahead': (True, 'decode + resize each frame in the background as it arrives, '
                                   'so an inference finds its frames ready (frames not ready are '
-                                  'decoded when selected); false: decode the 16 selected frames '
-                                  'when an inference starts'),
+                                  'decoded when selected; at the model\'s own size, frames that '
+                                  'arrive while it loads are); false: decode the 16 selected '
+                                  'frames when an inference starts'),
     'images.decode_ahead_min_interval_s': (0.08, 'decode ahead a frame only if no frame of its '
                                                  'camera within this interval already is (the '
                                                  'model takes frames 0.1 s apart); 0: every '
@@ -179,7 +184,8 @@ def _build(v: dict[str, Any]) -> NodeConfig:
                              f'{RELIABILITIES}')
     h, w = int(v['images.height']), int(v['images.width'])
     if (h == 0) != (w == 0) or h < 0 or w < 0:
-        raise ParameterError(f'images.height {h} / images.width {w}: both > 0, or both 0 (native)')
+        raise ParameterError(f'images.height {h} / images.width {w}: both > 0, or both 0 (the '
+                             "model's own input size)")
     budget = v['vram_budget']
     if not isinstance(budget, str):
         raise ParameterError(f'vram_budget {budget!r} must be a string such as "12GiB", '

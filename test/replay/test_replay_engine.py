@@ -49,6 +49,9 @@ def test_tiny_engine_end_to_end_is_deterministic(bag_factory, tmp_path: Path) ->
     assert math.isfinite(doc['accuracy']['min_ade']['mean'])
     assert set(ENGINE_STAGES) <= set(doc['latency_ms'])
     assert doc['model']['model'] == 'tiny' and doc['config']['engine']['max_decode_tokens'] == 8
+    # as in the node: frames resized to the model's own size (images.height/width 0)
+    assembly = doc['config']['assembly']
+    assert assembly['image_size_hw'] is None and assembly['model_sizing']['factor'] == 32
     assert (tmp_path / 'a' / 'report.md').exists()
     assert list((tmp_path / 'a' / 'result_bags').iterdir())
 

@@ -59,7 +59,7 @@ def test_relative_budget_needs_cuda_and_says_so() -> None:
 @pytest.mark.parametrize(('key', 'value', 'match'), [
     ('cameras.transports', ['raw', 'h264', 'raw', 'raw'], 'cameras.transports'),
     ('cameras.slots', [0, 1, 2], 'equal length'),
-    ('images.height', 0, 'images.height'),
+    ('images.height', 64, 'images.height'),     # without images.width (0)
     ('mode', 'fast', 'mode'),
     ('sync.frame_tolerance_s', -1.0, 'frame_tolerance_s'),
     ('inference.period_s', 0.0, 'period_s'),
