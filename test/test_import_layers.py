@@ -23,6 +23,8 @@ FORBIDDEN = {
                  'alpamayo_offload.runtime', 'alpamayo_offload.engine', 'alpamayo_offload.replay'},
     'planning': {'rclpy', 'transformers', 'alpamayo_offload.ros', 'alpamayo_offload.model',
                  'alpamayo_offload.replay'},
+    'engine': {'rclpy', 'rosbags', 'alpamayo_offload.ros', 'alpamayo_offload.assembly',
+               'alpamayo_offload.replay', 'alpamayo_offload.cli'},
     'replay': {'rclpy', 'alpamayo_offload.ros.node', 'alpamayo_offload.ros.params',
                'alpamayo_offload.ros.bag_player', 'alpamayo_offload.ros.session'},
 }

@@ -1,0 +1,112 @@
+"""The engine's public types: its errors, what to load and how to run it, what an inference returns.
+
+Kept apart from the `Engine` so callers, tests and doubles can name them without the machinery.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+import torch
+
+from ..model import DecodeOptions
+from ..runtime import Mode
+
+# Layer sequences in execution order, with the checkpoint prefix of each (released key names).
+SEQUENCE_PREFIXES = {
+    'vit': 'vlm.model.visual.blocks.',
+    'lm': 'vlm.model.language_model.layers.',
+    'expert': 'expert.layers.',
+}
+EMBED_MODULE = 'vlm.model.language_model.embed_tokens'
+
+
+class EngineError(RuntimeError):
+    """The engine cannot be built or an inference failed; the message says why and what to do."""
+
+
+class EngineInputError(EngineError):
+    """An input to `Engine.infer` is malformed (shape, dtype, NaN); nothing was run."""
+
+
+class ModelInputLike(Protocol):
+    """What `infer` reads of an input (`assembly.ModelInput` has these fields)."""
+
+    images: np.ndarray                 # (n_cam, 4, H, W, 3) uint8 RGB, cameras in release order
+    ego_history_xyz: np.ndarray        # (16, 3) world (odometry) frame, rear axle
+    ego_history_rot: np.ndarray        # (16, 3, 3)
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """What to load and how to run it; validated once.
+
+    `model` is a preset (`tiny`, `full`, `layers=N[,vit=M]`) or a checkpoint directory.
+    `dtype` None means bf16 on CUDA and float32 on CPU for presets, as stored for checkpoints.
+    `working_set_bytes` None estimates activations + KV cache from the model shape.
+    `deterministic` turns on torch's deterministic algorithms process-wide (bit-exact checks).
+    """
+
+    model: str = 'tiny'
+    device: str = 'cpu'
+    mode: str = 'pipelined'
+    budget_bytes: int | None = None
+    resident: Mapping[str, Sequence[int]] = field(default_factory=dict)
+    embed_on_host: bool = False
+    tokenizer_dir: str | None = None
+    vlm_config: str | None = None
+    max_decode_tokens: int = 32
+    fixed_decode_tokens: int | None = None
+    diffusion_steps: int = 10
+    sample: bool = False
+    num_samples: int = 1
+    seed: int = 0
+    dtype: str | None = None
+    deterministic: bool = False
+    instrument: bool = False
+    working_set_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode not in {m.value for m in Mode}:
+            raise ValueError(f"EngineConfig.mode = {self.mode!r}: must be one of "
+                             f"{[m.value for m in Mode]}")
+        if self.budget_bytes is not None and self.budget_bytes <= 0:
+            raise ValueError(f'EngineConfig.budget_bytes = {self.budget_bytes}: '
+                             'must be > 0 or None')
+        unknown = set(self.resident) - set(SEQUENCE_PREFIXES)
+        if unknown:
+            raise ValueError(f'EngineConfig.resident names {sorted(unknown)}; sequences are '
+                             f'{list(SEQUENCE_PREFIXES)}')
+        if self.dtype not in (None, 'bfloat16', 'float16', 'float32'):
+            raise ValueError(f"EngineConfig.dtype = {self.dtype!r}: must be None, 'bfloat16', "
+                             "'float16' or 'float32'")
+        try:
+            torch.device(self.device)
+        except RuntimeError as err:
+            raise ValueError(f'EngineConfig.device = {self.device!r}: {err}') from err
+        object.__setattr__(self, 'resident',
+                           {k: tuple(int(i) for i in v) for k, v in self.resident.items()})
+
+    def decode_options(self) -> DecodeOptions:
+        """Return the model's decoding options from this config."""
+        return DecodeOptions(max_decode_tokens=self.max_decode_tokens,
+                             fixed_decode_tokens=self.fixed_decode_tokens, sample=self.sample,
+                             seed=self.seed, num_samples=self.num_samples,
+                             diffusion_steps=self.diffusion_steps)
+
+
+@dataclass
+class EngineResult:
+    """One inference: the first sample's trajectory, every sample, reasoning, timings."""
+
+    xyz: np.ndarray                    # (64, 3) float64, t0 ego frame (rear axle), metres
+    rot: np.ndarray                    # (64, 3, 3)
+    samples_xyz: np.ndarray            # (S, 64, 3)
+    samples_rot: np.ndarray            # (S, 64, 3, 3)
+    coc_token_ids: list[int]
+    coc_text: str | None
+    decode_tokens: int
+    timings: dict[str, float]          # seconds per stage (STAGES)
+    streaming: dict[str, float]        # dma_ms, stall_ms, bytes_streamed

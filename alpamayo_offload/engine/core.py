@@ -1,0 +1,279 @@
+"""The `Engine`: a loaded model attached to the offload runtime, and its one inference call.
+
+Node, replay, profiler and CLI all run inference through `Engine.infer`.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..model import (
+    AlpamayoR1,
+    ImageSizing,
+    ModelError,
+    ModelInputError,
+    SyntheticTextIds,
+    TextEncoder,
+    TokenizerDirEncoder,
+    prepare_inputs,
+    run_inference,
+)
+from ..runtime import (
+    LayerSequence,
+    Mode,
+    OffloadError,
+    OffloadRuntime,
+    ResidencyPlan,
+    RuntimeStats,
+)
+from .config import (
+    EMBED_MODULE,
+    SEQUENCE_PREFIXES,
+    EngineConfig,
+    EngineError,
+    EngineInputError,
+    EngineResult,
+    ModelInputLike,
+)
+from .estimates import estimate_prompt_tokens, estimate_working_set
+from .example import _ExampleInput, example_input
+from .identity import _driver_version, _model_identity
+from .loading import _LayerSource, _load_model, _module_bytes
+from .phases import _PhaseBridge
+
+
+class Engine:
+    """A loaded model attached to an offload runtime; `infer` runs one inference."""
+
+    def __init__(self, config: EngineConfig, model: AlpamayoR1, source: _LayerSource | None,
+                 encoder: TextEncoder, decoder: TextEncoder | None) -> None:
+        self.config = config
+        self.model = model
+        self.device = torch.device(config.device)
+        self._source = source
+        self._encoder = encoder
+        self._decoder = decoder
+        self._runtime: OffloadRuntime | None = None
+        self._embed_home = torch.device('cpu')
+        self._inferences = 0
+        self._calls_seen = 0
+        self._layer_bytes = {name: [_module_bytes(m) for m in layers]
+                             for name, layers in model.layer_sequences().items()}
+
+    # ---------------------------------------------------------------- construction
+    @classmethod
+    def from_config(cls, config: EngineConfig) -> Engine:
+        """Load (or randomly build) the model and attach the runtime with the configured plan."""
+        device = torch.device(config.device)
+        if device.type == 'cuda' and not torch.cuda.is_available():
+            raise EngineError(f'device {config.device!r} requested but CUDA is not available; '
+                              "set device to 'cpu'")
+        if device.type == 'cuda':
+            # Resident layers are many tensors of many sizes; expandable segments keep the
+            # allocator's fragmentation inside the working-set margin (measured on an H200: a
+            # plan with 48 MiB to spare failed on 326 MiB of reserved-but-unallocated blocks).
+            torch.cuda.memory._set_allocator_settings('expandable_segments:True')
+        if config.deterministic:
+            os.environ.setdefault('CUBLAS_WORKSPACE_CONFIG', ':4096:8')
+            torch.use_deterministic_algorithms(True)
+        try:
+            model, source = _load_model(config, device)
+            encoder: TextEncoder
+            if config.tokenizer_dir:
+                encoder = TokenizerDirEncoder(config.tokenizer_dir)
+                decoder: TextEncoder | None = encoder
+            else:
+                encoder, decoder = SyntheticTextIds(), None
+        except (ModelError, OSError) as err:
+            raise EngineError(f'cannot load model {config.model!r}: {err}') from err
+        engine = cls(config, model, source, encoder, decoder)
+        engine.replan(resident=config.resident, mode=config.mode,
+                      budget_bytes=config.budget_bytes, embed_on_host=config.embed_on_host,
+                      instrument=config.instrument)
+        return engine
+
+    def replan(self, *, resident: Mapping[str, Sequence[int]], mode: str = 'pipelined',
+               budget_bytes: int | None = None, embed_on_host: bool = False,
+               instrument: bool = False) -> None:
+        """Re-attach the runtime with another plan on the loaded model (no reload).
+
+        Refuses a plan that cannot fit `budget_bytes` before anything moves (runtime BudgetError).
+        """
+        if self._runtime is not None:
+            self._runtime.detach()
+            self._runtime = None
+            if self.device.type == 'cuda':
+                torch.cuda.empty_cache()
+        self._place_non_layer(embed_on_host)
+        fixed = sum(_module_bytes(m) for name, m in self.model.non_layer_modules().items()
+                    if not (embed_on_host and name == EMBED_MODULE))
+        working = self.config.working_set_bytes
+        if working is None:
+            working = estimate_working_set(self.model.cfg, self._dtype_bytes(), self.config)
+        sequences = [LayerSequence(name, layers, SEQUENCE_PREFIXES[name])
+                     for name, layers in self.model.layer_sequences().items()]
+        try:
+            runtime = OffloadRuntime(
+                sequences, ResidencyPlan(dict(resident)), mode=mode, device=self.device,
+                budget_bytes=budget_bytes, fixed_bytes=fixed, working_set_bytes=working,
+                instrument=instrument)
+            runtime.attach(self._source)
+        except OffloadError as err:
+            raise EngineError(str(err)) from err
+        self._runtime = runtime
+        self._inferences = 0
+        self._calls_seen = 0
+        embed = _module_bytes(self.model.non_layer_modules()[EMBED_MODULE])
+        self._plan = {'mode': mode, 'budget_bytes': budget_bytes, 'embed_on_host': embed_on_host,
+                      'resident': {k: tuple(v) for k, v in resident.items()},
+                      'required_bytes': runtime.vram_plan.required_bytes,
+                      'fixed_bytes': fixed - (0 if embed_on_host else embed),
+                      'working_set_bytes': working}
+
+    def _place_non_layer(self, embed_on_host: bool) -> None:
+        for name, module in self.model.non_layer_modules().items():
+            target = torch.device('cpu') if (embed_on_host and name == EMBED_MODULE) \
+                else self.device
+            module.to(target)
+
+    def _dtype_bytes(self) -> int:
+        return self.model.vlm.model.language_model.norm.weight.element_size()
+
+    def close(self) -> None:
+        """Detach the runtime (weights back where they came from)."""
+        if self._runtime is not None:
+            self._runtime.detach()
+            self._runtime = None
+
+    # ---------------------------------------------------------------- inference
+    def infer(self, model_input: ModelInputLike) -> EngineResult:
+        """Frames + world-frame ego history -> trajectory in the t0 ego frame, with timings."""
+        if self._runtime is None:
+            raise EngineError('engine is closed')
+        t_start = time.perf_counter()
+        if self._inferences == 0:
+            self._runtime.prime('vit')   # overlap the first copy with preprocessing
+        try:
+            inputs = prepare_inputs(np.asarray(model_input.images),
+                                    np.asarray(model_input.ego_history_xyz, dtype=np.float64),
+                                    np.asarray(model_input.ego_history_rot, dtype=np.float64),
+                                    self.model.cfg, self._encoder)
+        except ModelInputError as err:
+            raise EngineInputError(str(err)) from err
+        t_prep = time.perf_counter()
+        opts = self.config.decode_options()
+        cuda = self.device.type == 'cuda'
+        bridge = _PhaseBridge(self._runtime, cuda, opts.token_budget)
+        try:
+            with torch.inference_mode():
+                result = run_inference(self.model, inputs, self.device, opts, observer=bridge,
+                                       decoder=self._decoder)
+        except ModelInputError as err:
+            raise EngineInputError(str(err)) from err
+        except (ModelError, RuntimeError) as err:
+            raise EngineError(f'inference failed: {err}') from err
+        self._inferences += 1
+        xyz = result.xyz.double().numpy()
+        rot = result.rot.double().numpy()
+        if not (np.isfinite(xyz).all() and np.isfinite(rot).all()):
+            raise EngineError('the model produced a non-finite trajectory')
+        phases = bridge.seconds()
+        t_end = time.perf_counter()
+        model_s = sum(phases.values())
+        timings = {'preprocess': t_prep - t_start, **{p: phases.get(p, 0.0) for p in
+                   ('vision', 'prefill', 'decode', 'diffusion')},
+                   'postprocess': max(0.0, (t_end - t_prep) - model_s), 'total': t_end - t_start}
+        return EngineResult(
+            xyz=xyz[0], rot=rot[0], samples_xyz=xyz, samples_rot=rot,
+            coc_token_ids=list(result.coc_token_ids[0]),
+            coc_text=result.coc_text[0] if result.coc_text else None,
+            decode_tokens=result.decode_steps, timings=timings,
+            streaming=self._streaming(bridge.passes))
+
+    def _streaming(self, passes: Mapping[str, int]) -> dict[str, float]:
+        """Bytes streamed this inference (exact, from the plan) and DMA/stall time if measured."""
+        assert self._runtime is not None
+        reps = {'vit': passes.get('vision', 0),
+                'lm': passes.get('prefill', 0) + passes.get('decode', 0),
+                'expert': passes.get('diffusion', 0)}
+        resident = self._runtime.plan.resident
+        if self._runtime.mode is Mode.PRELOAD:
+            streamed = 0
+        else:
+            streamed = sum(reps[name] * sum(b for i, b in enumerate(sizes)
+                                            if i not in resident.get(name, ()))
+                           for name, sizes in self._layer_bytes.items())
+        out = {'bytes_streamed': float(streamed), 'dma_ms': 0.0, 'stall_ms': 0.0}
+        if self._runtime.instrument:   # this inference's calls: those after the cursor
+            calls = self._runtime.stats().calls
+            mine = calls[self._calls_seen:] if self._calls_seen <= len(calls) else calls
+            self._calls_seen = len(calls)
+            out['dma_ms'] = sum(c.dma_ms for c in mine)
+            out['stall_ms'] = sum(c.stall_ms for c in mine)
+        return out
+
+    def runtime_stats(self, reset: bool = False) -> RuntimeStats:
+        """Return the runtime's per-layer statistics since attach or the last reset."""
+        if self._runtime is None:
+            raise EngineError('engine is closed')
+        stats = self._runtime.stats()
+        if reset:
+            self._runtime.reset_stats()
+            self._calls_seen = 0
+        return stats
+
+    @property
+    def image_sizing(self) -> ImageSizing:
+        """How the model's processor sizes frames: `resize` a frame with it ahead of `infer`.
+
+        A frame resized so gives the model the same pixels as the full frame (and skips the
+        resize in `infer`'s preprocessing).
+        """
+        return ImageSizing.of(self.model.cfg)
+
+    def example_input(self, height: int = 1080, width: int = 1920) -> _ExampleInput:
+        """Return a fixed input: 4 cameras x 4 frames of moving gradients, a gentle curve."""
+        return example_input(height, width)
+
+    # ---------------------------------------------------------------- reporting
+    @property
+    def info(self) -> dict[str, Any]:
+        """Model identity, device, VRAM and plan, for diagnostics and reports."""
+        cfg = self.model.cfg
+        rt = self._runtime
+        embed = self.model.vlm.model.language_model.embed_tokens.weight
+        info: dict[str, Any] = {
+            'model': self.config.model,
+            'model_identity': _model_identity(self.config, self.model),
+            'device': str(self.device),
+            'dtype': str(embed.dtype).removeprefix('torch.'),
+            'mode': self._plan['mode'],
+            'budget_bytes': self._plan['budget_bytes'],
+            'required_bytes': self._plan['required_bytes'],
+            'embed_on_host': self._plan['embed_on_host'],
+            'resident_layers': {name: list(self._plan['resident'].get(name, ()))
+                                for name in SEQUENCE_PREFIXES},
+            'layers': {name: len(sizes) for name, sizes in self._layer_bytes.items()},
+            'embed_bytes': embed.numel() * embed.element_size(),
+            # The runtime's VRAM terms, so a planner budgets exactly as the runtime checks.
+            'fixed_bytes': self._plan['fixed_bytes'],
+            'working_set_bytes': self._plan['working_set_bytes'],
+            'hidden_size': cfg.text.hidden_size,
+            'prompt_tokens': estimate_prompt_tokens(cfg),
+            'pinned_bytes': rt.pinned_bytes if rt is not None else 0,
+            'torch': torch.__version__,
+            'host': platform.node(),
+            'vram_used_bytes': 0,
+            'driver': '',
+        }
+        if self.device.type == 'cuda':
+            info['vram_used_bytes'] = torch.cuda.memory_allocated(self.device)
+            info['gpu'] = torch.cuda.get_device_name(self.device)
+            info['driver'] = _driver_version()
+        return info

@@ -1,0 +1,37 @@
+"""VRAM estimates from the model shape: prompt length and the working set of one inference.
+
+The runtime checks a plan against these terms, and `Engine.info` reports them to the planners.
+"""
+from __future__ import annotations
+
+from ..model import AlpamayoConfig
+from .config import EngineConfig
+
+# Working-set margin on top of the estimate below: allocator slack, cuBLAS workspaces.
+_WORKING_SET_SLACK = 512 * 2**20
+
+
+def estimate_prompt_tokens(cfg: AlpamayoConfig, n_images: int = 16, height: int = 1080,
+                           width: int = 1920) -> int:
+    """Prompt length for `n_images` camera frames of the given size (release layout)."""
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
+
+    factor = cfg.vision.patch_size * cfg.vision.spatial_merge_size
+    h, w = smart_resize(height, width, factor=factor, min_pixels=cfg.tokens.min_pixels,
+                        max_pixels=cfg.tokens.max_pixels)
+    per_image = (h // factor) * (w // factor)
+    return n_images * (per_image + 2) + cfg.tokens.tokens_per_history_traj + 2 + 60
+
+
+def estimate_working_set(cfg: AlpamayoConfig, dtype_bytes: int, config: EngineConfig) -> int:
+    """Device bytes for activations and the KV cache of one inference, plus allocator slack.
+
+    KV cache: 2 x layers x kv_heads x head_dim x (prompt + tokens + 64 action tokens) per sample.
+    Activations: the prefill's widest tensors (MLP intermediate x 3, hidden x 6) and the ViT's.
+    """
+    t = cfg.text
+    tokens = estimate_prompt_tokens(cfg) + config.max_decode_tokens + 1 + 64
+    kv = 2 * t.num_layers * t.num_kv_heads * t.head_dim * tokens * dtype_bytes * config.num_samples
+    prefill = tokens * (3 * t.intermediate_size + 6 * t.hidden_size) * dtype_bytes
+    logits = config.num_samples * cfg.text.vocab_size * 4 * 4
+    return kv + prefill + logits + _WORKING_SET_SLACK
