@@ -49,6 +49,7 @@ from peers.rows import (  # noqa: E402
     speedups,
     table,
 )
+from peers.runner import Repeats  # noqa: E402
 
 LOG = logging.getLogger('bench_peers')
 
@@ -166,16 +167,16 @@ def main(argv: list[str] | None = None) -> int:
     log = RowLog(args.out)
     estimator = Estimator()
     parts = [p for p in args.parts.split(',') if p]
+    repeats = Repeats(args.runs, args.peer_runs, args.slow_runs, args.deterministic_timing)
     if 'alpamayo' in parts:
         from peers.alpamayo import AlpamayoBench, AlpamayoSettings
 
         h, w = (int(v) for v in args.image_hw.split('x'))
         bench = AlpamayoBench(AlpamayoSettings(
             model=args.model, device=args.device, decode_tokens=args.decode_tokens,
-            diffusion_steps=args.diffusion_steps, image_hw=(h, w), runs=args.runs,
-            peer_runs=args.peer_runs, slow_runs=args.slow_runs,
+            diffusion_steps=args.diffusion_steps, image_hw=(h, w), repeats=repeats,
             accel_headroom_gib=args.accel_headroom_gib, profile_path=args.profile,
-            out_dir=str(args.out), deterministic_timing=args.deterministic_timing), deadline)
+            out_dir=str(args.out)), deadline)
         meta['alpamayo_build_s'] = bench.build_s
         drive(bench, alpamayo_schedule(parse_caps(args.cap), runtimes), log, deadline,
               estimator)
@@ -187,9 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         if deadline.allows(60.0):
             llama = LlamaBench(LlamaSettings(
                 device=args.device, layers=args.llama_layers, prompt_tokens=args.llama_prompt,
-                new_tokens=args.llama_new_tokens, runs=args.runs, peer_runs=args.peer_runs,
-                slow_runs=args.slow_runs, deterministic_timing=args.deterministic_timing),
-                deadline)
+                new_tokens=args.llama_new_tokens, repeats=repeats), deadline)
             meta['llama_build_s'] = llama.build_s
             drive(llama, llama_schedule(parse_caps(args.llama_cap), runtimes), log, deadline,
                   estimator)

@@ -26,7 +26,7 @@ from . import hf_peers
 from .home import HomeCopy, release_memory
 from .measure import Deadline, RunOutput
 from .rows import GIB, OURS, RowSpec
-from .runner import RowBench, RowSkippedError, cap_vram
+from .runner import Repeats, RowBench, RowSkippedError, cap_vram
 
 LOG = logging.getLogger(__name__)
 EMBED = 'vlm.model.language_model.embed_tokens'
@@ -43,11 +43,8 @@ class AlpamayoSettings:
     decode_tokens: int = 21
     diffusion_steps: int = 10
     image_hw: tuple[int, int] = (1080, 1920)
-    runs: int = 3             # ours and preload
-    peer_runs: int = 2        # diffusers
-    slow_runs: int = 1        # Accelerate (about 20-60 s per inference)
+    repeats: Repeats = Repeats()
     accel_headroom_gib: float = 4.0
-    deterministic_timing: bool = False   # timed runs in strict deterministic mode
     profile_path: str | None = None
     out_dir: str | None = None
 
@@ -63,8 +60,7 @@ class AlpamayoBench(RowBench):
     model_name = 'alpamayo'
 
     def __init__(self, settings: AlpamayoSettings, deadline: Deadline) -> None:
-        super().__init__(deadline, settings.runs, settings.peer_runs, settings.slow_runs,
-                         settings.accel_headroom_gib, settings.deterministic_timing)
+        super().__init__(deadline, settings.repeats, settings.accel_headroom_gib)
         self.s = settings
         self.device = torch.device(settings.device)
         self.cuda = self.device.type == 'cuda'

@@ -31,7 +31,7 @@ from . import hf_peers
 from .home import HomeCopy, release_memory
 from .measure import Deadline, RunOutput
 from .rows import GIB, RowSpec
-from .runner import RowBench, RowSkippedError, cap_vram
+from .runner import Repeats, RowBench, RowSkippedError, cap_vram
 
 LOG = logging.getLogger(__name__)
 _SLACK = 512 * 2**20       # allocator slack and cuBLAS workspaces on top of the working set
@@ -49,11 +49,8 @@ class LlamaSettings:
     vocab: int = 32064
     prompt_tokens: int = 512
     new_tokens: int = 64
-    runs: int = 3
-    peer_runs: int = 2
-    slow_runs: int = 1
+    repeats: Repeats = Repeats()
     accel_headroom_gib: float = 1.5
-    deterministic_timing: bool = False   # timed runs in strict deterministic mode
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -107,8 +104,7 @@ class LlamaBench(RowBench):
     model_name = 'llama'
 
     def __init__(self, settings: LlamaSettings, deadline: Deadline) -> None:
-        super().__init__(deadline, settings.runs, settings.peer_runs, settings.slow_runs,
-                         settings.accel_headroom_gib, settings.deterministic_timing)
+        super().__init__(deadline, settings.repeats, settings.accel_headroom_gib)
         self.s = settings
         self.device = torch.device(settings.device)
         self.cuda = self.device.type == 'cuda'

@@ -3,8 +3,8 @@
 The first pass of every row runs with deterministic algorithms on and is compared with the
 preload reference (max absolute difference of the trajectory, or of the logits for the LLM);
 it doubles as the row's warm-up and is never timed. Timed runs use the default mode, or strict
-deterministic mode with `deterministic_timing` (on the H200 our offloaded rows ran faster in the
-deterministic pass than in default mode: the mode picks other attention kernels).
+deterministic mode with `deterministic_timing` (on the H200 our capped rows ran faster in the
+deterministic pass than in default mode, cause not yet known; bench/diag/default_mode_slowdown.py).
 """
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ def max_abs_diff(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray]) -> fl
 
 
 def deterministic(run: Callable[[], RunOutput]) -> RunOutput:
-    """One run with deterministic algorithms on (the correctness pass; also the warm-up).
+    """Call `run` with deterministic algorithms on, and off again afterwards.
 
     Strict mode, never `warn_only=True`: with warn_only PyTorch still selects cuDNN attention and
     split-key memory-efficient attention, which are not run-to-run deterministic (measured on the

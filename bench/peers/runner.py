@@ -3,6 +3,7 @@ turning failures into a row status, the VRAM cap."""
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -13,6 +14,21 @@ from .rows import OURS, SLOW, RowSpec
 
 LOG = logging.getLogger(__name__)
 _REUSABLE = ('accelerate-cpu-offload', 'diffusers-block', 'diffusers-leaf')
+
+
+@dataclass(frozen=True)
+class Repeats:
+    """How often each row runs, and in which mode it is timed (the same for every model)."""
+
+    runs: int = 3             # ours and preload
+    peer_runs: int = 2        # diffusers
+    slow_runs: int = 1        # Accelerate (about 20-60 s per inference)
+    deterministic_timing: bool = False   # timed runs in strict deterministic mode
+
+    def __post_init__(self) -> None:
+        for name in ('runs', 'peer_runs', 'slow_runs'):
+            if not 1 <= getattr(self, name) <= 50:
+                raise ValueError(f'{name} = {getattr(self, name)}: must be in 1..50')
 
 
 class RowSkippedError(Exception):
@@ -44,17 +60,12 @@ class RowBench:
 
     model_name = 'model'
 
-    def __init__(self, deadline: Deadline, runs: int, peer_runs: int, slow_runs: int,
-                 headroom_gib: float, deterministic_timing: bool = False) -> None:
-        for name, value in (('runs', runs), ('peer_runs', peer_runs), ('slow_runs', slow_runs)):
-            if not 1 <= value <= 50:
-                raise ValueError(f'{name} = {value}: must be in 1..50')
+    def __init__(self, deadline: Deadline, repeats: Repeats, headroom_gib: float) -> None:
         if not 0 <= headroom_gib <= 64:
             raise ValueError(f'headroom_gib = {headroom_gib}: must be in 0..64')
         self.deadline = deadline
-        self.runs, self.peer_runs, self.slow_runs = runs, peer_runs, slow_runs
+        self.repeats = repeats
         self.headroom_gib = headroom_gib
-        self.deterministic_timing = deterministic_timing
         self.peer: hf_peers.Attached | None = None
         self.current: tuple[str, float | None] | None = None
         self.reference: RunOutput | None = None
@@ -76,9 +87,10 @@ class RowBench:
     # ---------------------------------------------------------------- schedule support
     def timed_runs(self, spec: RowSpec) -> int:
         """Timed runs of a row (few for the slow peers)."""
+        r = self.repeats
         if spec.runtime in OURS:
-            return self.runs
-        return self.slow_runs if spec.runtime in SLOW else self.peer_runs
+            return r.runs
+        return r.slow_runs if spec.runtime in SLOW else r.peer_runs
 
     def passes(self, spec: RowSpec) -> int:
         """Inferences a row runs: correctness pass, warm-up (ours), timed runs."""
@@ -109,7 +121,7 @@ class RowBench:
                     lambda: self.infer(spec), warmup=1 if spec.runtime in OURS else 0,
                     runs=self.timed_runs(spec), deadline=self.deadline,
                     reference=self.reference, reference_timed=self.reference_timed,
-                    deterministic_timing=self.deterministic_timing)
+                    deterministic_timing=self.repeats.deterministic_timing)
                 row.update(figures)
                 row['pinned_bytes'] = row['caching_pinned_bytes'] + row.get(
                     'registered_pinned_bytes', 0)

@@ -22,6 +22,7 @@ from peers.home import HomeCopy  # noqa: E402
 from peers.llama import LlamaBench, LlamaSettings  # noqa: E402
 from peers.measure import Deadline  # noqa: E402
 from peers.rows import RowSpec, alpamayo_schedule, llama_schedule, speedups  # noqa: E402
+from peers.runner import Repeats  # noqa: E402
 
 TINY = ['--model', 'tiny', '--device', 'cpu', '--decode-tokens', '2', '--diffusion-steps', '2',
         '--image-hw', '64x96', '--runs', '1', '--peer-runs', '1', '--slow-runs', '1']
@@ -110,7 +111,8 @@ def test_speedups_use_cap_independent_rows_at_higher_caps() -> None:
 
 def test_tiny_llama_rows_and_exact_home_restore() -> None:
     settings = LlamaSettings(device='cpu', layers=3, hidden=64, intermediate=128, heads=4,
-                             vocab=256, prompt_tokens=16, new_tokens=4, runs=1, peer_runs=1)
+                             vocab=256, prompt_tokens=16, new_tokens=4,
+                             repeats=Repeats(runs=1, peer_runs=1))
     bench = LlamaBench(settings, Deadline(120.0))
     before = {k: v.clone() for k, v in bench.model.state_dict().items()}
     try:
@@ -142,3 +144,10 @@ def test_home_copy_refuses_device_tensors_and_restores_storage() -> None:
     assert home.matches(layer)
     with pytest.raises(ValueError, match='host'):
         HomeCopy(torch.nn.Linear(2, 2, device='meta'))
+
+
+@pytest.mark.parametrize('field', ['runs', 'peer_runs', 'slow_runs'])
+def test_repeats_refuse_counts_outside_1_to_50(field: str) -> None:
+    for bad in (0, 51):
+        with pytest.raises(ValueError, match=f'{field} = {bad}: must be in 1..50'):
+            Repeats(**{field: bad})
