@@ -3,10 +3,12 @@
 Seen on the H200 on 2026-11-29 (bench_peers): ours differed from preload by 0.32-0.43 m in the
 deterministic pass. Cause, found with this script: bench_peers switched deterministic algorithms
 on with `warn_only=True`, under which PyTorch still picks cuDNN and split-key attention; even two
-preload runs then differed by 0.7 m, silently. With strict mode (`warn_only=False`, as here and in
-`EngineConfig(deterministic=True)`) every variant below is bit-exact. The script runs bench_peers'
-way: engine built non-deterministic, deterministic mode switched on around each inference,
-optional VRAM cap, optional bench_peers teardown between rows (`--home`).
+preload runs then differed by 0.7 m, silently. In strict mode (`warn_only=False`, as now here and
+in `EngineConfig(deterministic=True)`) the script's earlier variant list (no cap, no teardown:
+preload, embedding on host, sequential, pipelined, planner-like plans) was bit-exact, and so was
+every bench_peers row of run 2; this version, with VRAM caps and `--home`, has not yet run in strict
+mode. It runs bench_peers' way: engine built non-deterministic, deterministic mode switched on
+around each inference, optional VRAM cap, optional bench_peers teardown between rows (`--home`).
 
     python3 bench/diag/bitexact_full.py [--model full] [--home]
 """
