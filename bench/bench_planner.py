@@ -5,7 +5,10 @@ sequential mode, then for each budget (8, 10, 12, 14, 16 GiB, VRAM capped with
 `torch.cuda.set_per_process_memory_fraction`) plans, re-attaches the runtime with the plan on the
 same loaded model, and measures. Then the paper's sweep (k = 0, 5, 10, ... interleaved LM layers).
 Targets: |error| <= 1 % per row; the planned plan at least as fast as the best interleaved
-VLM-only plan at the same budget. Writes bench_planner.{json,md,png} and profile.json to --out.
+VLM-only plan at the same budget. Writes bench_planner.{json,md,png} and profile.json to --out;
+each measured row is appended to rows.jsonl at once, so a run cut short (the GPU machine's 10 min
+per command) keeps its rows and `--report` writes the tables and plot from them on any machine.
+`--budget-s` stops before a row would overrun; `--parts sweep` measures the sweep alone.
 
 After the instrumented profile, a pipelined attach with nothing resident measures what the
 sequential run cannot: the steady host pre/postprocessing (median of --runs, not the second
@@ -13,7 +16,8 @@ inference's) and the host issue time of every layer call (one inference with the
 synchronised around each call, waits excluded) -> profile schema 2. Every row records its
 per-phase timings (median over --runs), so the device part is compared apart from host noise.
 
-    python3 bench/bench_planner.py --out $OUT
+    python3 bench/bench_planner.py --out $OUT --budget-s 540
+    .venv/bin/python bench/bench_planner.py --out DIR --report      # from DIR's rows.jsonl
 
 Needs from the engine (beyond docs/design.md): `EngineConfig(instrument=...)`,
 `engine.example_input()`, `engine.runtime_stats(reset=...)`, `engine.info['embed_bytes']`, and
@@ -38,7 +42,7 @@ from alpamayo_offload.planning.errors import BudgetError
 from alpamayo_offload.planning.gpu_profile import add_host_terms, profile_engine
 from alpamayo_offload.planning.planner import PlannerOptions, interleaved_plan, plan, vram_needed
 from alpamayo_offload.planning.predictor import Placement, Workload, predict
-from alpamayo_offload.planning.profile import Profile, save_profile
+from alpamayo_offload.planning.profile import Profile, load_profile, save_profile
 from alpamayo_offload.planning.units import format_bytes
 
 GIB = 2**30
@@ -128,17 +132,76 @@ def plot(path: Path, profile: Profile, workload: Workload, rows: list[dict[str, 
     fig.savefig(path, dpi=120)
 
 
+def report(out: Path, profile: Profile, workload: Workload, rows: list[dict[str, Any]],
+           skipped: list[dict[str, Any]], wall_s: float | None) -> bool:
+    """Write bench_planner.{json,md,png} from the rows; True when the targets are met."""
+    checks = {
+        'max_abs_error': max(abs(r['error']) for r in rows),
+        'all_rows_within_1pct': all(abs(r['error']) <= 0.01 for r in rows),
+        'max_abs_device_error': max(abs(r['device_error']) for r in rows),
+        'device_within_1pct': all(abs(r['device_error']) <= 0.01 for r in rows),
+        'planned_not_slower_than_interleaved': all(
+            p['measured_s'] <= i['measured_s'] * 1.005 for p in rows if p['kind'] == 'planned'
+            for i in rows if i['kind'] == 'interleaved' and i['budget'] == p['budget']),
+        'peak_within_budget': all(r['peak_reserved_bytes'] <= r['budget_bytes'] for r in rows
+                                  if r['budget_bytes']),
+        'not_measured': skipped,
+        'wall_s': wall_s,
+    }
+    (out / 'bench_planner.json').write_text(json.dumps({'profile': profile.to_dict(),
+                                                        'rows': rows, 'checks': checks},
+                                                       indent=1) + '\n')
+    plot(out / 'bench_planner.png', profile, workload, rows)
+    lines = ['| kind | budget | resident vit/lm/expert | embed host | VRAM plan | peak | '
+             'predicted s | measured s | error | device error |', '|' + '---|' * 10]
+    for r in rows:
+        counts = '/'.join(str(len(r['resident'][m])) for m in ('vit', 'lm', 'expert'))
+        lines.append(f"| {r['kind']} | {r['budget']} | {counts} | {r['embed_on_host']} | "
+                     f"{format_bytes(r['planned_vram_bytes'])} | {format_bytes(r['peak_bytes'])} | "
+                     f"{r['predicted_s']:.3f} | {r['measured_s']:.3f} | "
+                     f"{100 * r['error']:+.2f} % | {100 * r['device_error']:+.2f} % |")
+    lines.append('')
+    lines += [f'- {k}: {v}' for k, v in checks.items()]
+    (out / 'bench_planner.md').write_text('\n'.join(lines) + '\n')
+    sys.stdout.write('\n'.join(lines) + '\n')
+    return (checks['all_rows_within_1pct'] and checks['planned_not_slower_than_interleaved']
+            and not skipped)
+
+
+def read_rows(out: Path) -> list[dict[str, Any]]:
+    path = out / 'rows.jsonl'
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument('--out', required=True)
     ap.add_argument('--model', default='full', help='preset with full-size random weights')
     ap.add_argument('--budgets', default='8,10,12,14,16', help='GiB')
+    ap.add_argument('--parts', default='budgets,sweep',
+                    help='budgets (planned + interleaved per budget), sweep (k = 0, 5, ...)')
     ap.add_argument('--sweep-step', type=int, default=5)
     ap.add_argument('--warmup', type=int, default=1)
     ap.add_argument('--runs', type=int, default=3)
+    ap.add_argument('--budget-s', type=float, default=None,
+                    help='stop measuring (rows left are listed as not measured) before a row '
+                         'would end past this many seconds from the start')
+    ap.add_argument('--report', action='store_true',
+                    help='no GPU: write the report from --out/profile.json and rows.jsonl of an '
+                         'earlier (possibly interrupted) run')
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format='%(levelname)s %(name)s: %(message)s')
     out = Path(args.out)
+    parts = set(args.parts.split(','))
+    if args.report:
+        profile, _ = load_profile(out / 'profile.json')
+        workload = Workload(profile.measured_passes('decode'), 10)
+        rows = read_rows(out)
+        top = max((r['budget_bytes'] or 0) for r in rows) or None
+        skipped = [{'kind': 'sweep', 'reason': 'not measured'}] if 'sweep' in parts and not any(
+            r['kind'].startswith('sweep') for r in rows) else []
+        LOG.info('report of %d rows (largest budget %s)', len(rows), top and format_bytes(top))
+        return 0 if report(out, profile, workload, rows, skipped, None) else 1
     out.mkdir(parents=True, exist_ok=True)
     from alpamayo_offload.engine import Engine, EngineConfig, EngineError
 
@@ -158,68 +221,49 @@ def main() -> int:
     save_profile(profile, out / 'profile.json')
     workload = Workload(profile.measured_passes('decode'), 10)
     options = PlannerOptions(workload=workload)
+    budgets = [int(float(x) * GIB) for x in args.budgets.split(',')]
+    todo: list[tuple[str, int | None, Placement]] = []
+    if 'budgets' in parts:
+        for budget in budgets:
+            for kind, result in (('planned', plan(profile, budget, options)),
+                                 ('interleaved', interleaved_plan(profile, budget, options))):
+                if result is not None:
+                    todo.append((kind, budget, result.placement))
+    if 'sweep' in parts:
+        n_lm = profile.sequence('lm').n_layers
+        for k in range(0, n_lm, args.sweep_step):
+            placement = Placement.of({'lm': interleaved_indices(k, n_lm)})
+            if vram_needed(profile, placement).total > max(budgets):
+                break
+            todo.append((f'sweep-k{k}', None, placement))
     rows: list[dict[str, Any]] = []
-    failed: list[dict[str, Any]] = []
-    for gib in (float(x) for x in args.budgets.split(',')):
-        budget = int(gib * GIB)
-        for kind, result in (('planned', plan(profile, budget, options)),
-                             ('interleaved', interleaved_plan(profile, budget, options))):
-            if result is None:
-                continue
-            try:
-                apply(engine, result.placement, budget)
-                got = measure(engine, model_input, args.warmup, args.runs)
-            except EngineError as err:   # a failed row is reported, the others still run
-                failed.append({'kind': kind, 'budget': format_bytes(budget), 'error': str(err)})
-                LOG.error('%s %s failed: %s', kind, format_bytes(budget), err)
-                continue
-            rows.append(row(kind, budget, result.placement, profile, workload, got))
-            LOG.info('%s %s: predicted %.3f s measured %.3f s (%+.2f %%)', kind,
-                     rows[-1]['budget'], rows[-1]['predicted_s'], rows[-1]['measured_s'],
-                     100 * rows[-1]['error'])
-            with (out / 'rows.jsonl').open('a') as f:
-                f.write(json.dumps(rows[-1]) + '\n')
-    n_lm = profile.sequence('lm').n_layers
-    top = int(max(float(x) for x in args.budgets.split(',')) * GIB)
-    for k in range(0, n_lm, args.sweep_step):
-        placement = Placement.of({'lm': interleaved_indices(k, n_lm)})
-        if vram_needed(profile, placement).total > top:
-            break
-        apply(engine, placement, None)
-        rows.append(row(f'sweep-k{k}', None, placement, profile, workload,
-                        measure(engine, model_input, args.warmup, args.runs)))
+    skipped: list[dict[str, Any]] = []
+    row_s: list[float] = []
+    for kind, budget, placement in todo:
+        label = {'kind': kind, 'budget': format_bytes(budget) if budget else '-'}
+        elapsed = time.perf_counter() - start
+        need = statistics.median(row_s) if row_s else 0.0
+        if args.budget_s is not None and elapsed + need > args.budget_s:
+            skipped.append({**label, 'reason': f'time budget (needs ~{need:.0f} s)'})
+            continue
+        t_row = time.perf_counter()
+        try:
+            apply(engine, placement, budget)
+            got = measure(engine, model_input, args.warmup, args.runs)
+        except EngineError as err:   # a failed row is reported, the others still run
+            skipped.append({**label, 'reason': f'failed: {err}'})
+            LOG.error('%s %s failed: %s', kind, label['budget'], err)
+            continue
+        row_s.append(time.perf_counter() - t_row)
+        rows.append(row(kind, budget, placement, profile, workload, got))
+        LOG.info('%s %s: predicted %.3f s measured %.3f s (%+.2f %%)', kind,
+                 rows[-1]['budget'], rows[-1]['predicted_s'], rows[-1]['measured_s'],
+                 100 * rows[-1]['error'])
+        with (out / 'rows.jsonl').open('a') as f:    # kept if the run is cut short
+            f.write(json.dumps(rows[-1]) + '\n')
     cap_vram(None)
-    checks = {
-        'max_abs_error': max(abs(r['error']) for r in rows),
-        'all_rows_within_1pct': all(abs(r['error']) <= 0.01 for r in rows),
-        'max_abs_device_error': max(abs(r['device_error']) for r in rows),
-        'device_within_1pct': all(abs(r['device_error']) <= 0.01 for r in rows),
-        'planned_not_slower_than_interleaved': all(
-            p['measured_s'] <= i['measured_s'] * 1.005 for p in rows if p['kind'] == 'planned'
-            for i in rows if i['kind'] == 'interleaved' and i['budget'] == p['budget']),
-        'peak_within_budget': all(r['peak_reserved_bytes'] <= r['budget_bytes'] for r in rows
-                                  if r['budget_bytes']),
-        'failed_rows': failed,
-        'wall_s': time.perf_counter() - start,
-    }
-    (out / 'bench_planner.json').write_text(json.dumps({'profile': profile.to_dict(),
-                                                        'rows': rows, 'checks': checks},
-                                                       indent=1) + '\n')
-    plot(out / 'bench_planner.png', profile, workload, rows)
-    lines = ['| kind | budget | resident vit/lm/expert | embed host | VRAM plan | peak | '
-             'predicted s | measured s | error | device error |', '|' + '---|' * 10]
-    for r in rows:
-        counts = '/'.join(str(len(r['resident'][m])) for m in ('vit', 'lm', 'expert'))
-        lines.append(f"| {r['kind']} | {r['budget']} | {counts} | {r['embed_on_host']} | "
-                     f"{format_bytes(r['planned_vram_bytes'])} | {format_bytes(r['peak_bytes'])} | "
-                     f"{r['predicted_s']:.3f} | {r['measured_s']:.3f} | "
-                     f"{100 * r['error']:+.2f} % | {100 * r['device_error']:+.2f} % |")
-    lines.append('')
-    lines += [f'- {k}: {v}' for k, v in checks.items()]
-    (out / 'bench_planner.md').write_text('\n'.join(lines) + '\n')
-    sys.stdout.write('\n'.join(lines) + '\n')
-    return 0 if (checks['all_rows_within_1pct'] and checks['planned_not_slower_than_interleaved']
-                 and not failed) else 1
+    return 0 if report(out, profile, workload, rows, skipped,
+                       time.perf_counter() - start) else 1
 
 
 if __name__ == '__main__':

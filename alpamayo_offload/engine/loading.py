@@ -85,10 +85,10 @@ def _load_model(config: EngineConfig,
                           f"preset ('tiny', 'full', 'layers=N[,vit=M]'): {err}") from err
     dtype = _resolve_dtype(config, device) or (
         torch.bfloat16 if device.type == 'cuda' else torch.float32)
-    # Random init on the target device (fast on a GPU), then the weights' home is host RAM.
-    model = materialize_random(build_meta(cfg, dtype), config.seed, device)
+    # Drawn on the target device (fast on a GPU, same weights as a GPU-built model), one tensor
+    # at a time, straight into the weights' home in host RAM: fits any card the model runs on.
+    model = materialize_random(build_meta(cfg, dtype), config.seed, device, home='cpu')
     if device.type == 'cuda':
-        model.to('cpu')
         torch.cuda.empty_cache()
     return model.eval(), None
 

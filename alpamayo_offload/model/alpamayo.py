@@ -111,25 +111,32 @@ def build_meta(cfg: AlpamayoConfig, dtype: torch.dtype = torch.bfloat16) -> Alpa
 
 
 @torch.no_grad()
-def materialize_random(model: AlpamayoR1, seed: int, device: torch.device | str) -> AlpamayoR1:
-    """Allocate a meta-built model on `device` and fill it deterministically from `seed`.
+def materialize_random(model: AlpamayoR1, seed: int, device: torch.device | str,
+                       home: torch.device | str | None = None) -> AlpamayoR1:
+    """Allocate a meta-built model on `home` (default `device`) and fill it deterministically.
 
     Weights ~ N(0, 0.02), biases 0, norm scales 1 (transformers' Qwen3-VL init), drawn in
-    parameter-name order from one generator on `device`: same seed + device -> same weights.
+    parameter-name order from one generator on `device`: same seed + device -> same weights,
+    wherever they are stored. With `home="cpu"` each weight is drawn on the GPU and moved out
+    at once, so a model larger than the card (the full preset on a 16 GB GPU) can be built.
     """
     device = torch.device(device)
+    home = device if home is None else torch.device(home)
     dtype = next(model.parameters()).dtype
-    model.to_empty(device=device)
+    model.to_empty(device=home)
     gen = torch.Generator(device=device).manual_seed(seed)
     for name, param in model.named_parameters():
         if name.endswith("bias"):
             param.zero_()
         elif param.ndim == 1:
             param.fill_(1.0)
-        else:
+        elif home == device:
             param.normal_(0.0, INIT_STD, generator=gen)
-    model.rebuild_buffers(device, dtype)
-    return model
+        else:
+            draw = torch.empty(param.shape, dtype=param.dtype, device=device)
+            param.copy_(draw.normal_(0.0, INIT_STD, generator=gen))
+    model.rebuild_buffers(device, dtype)  # computed where a GPU-built model computes them
+    return model.to(home)
 
 
 def build_random(cfg: AlpamayoConfig, seed: int = 0, device: torch.device | str = "cpu",

@@ -151,3 +151,18 @@ def test_bad_inputs_are_refused(tiny_model) -> None:
     bad[3, 0] = np.nan
     with pytest.raises(ModelInputError, match='NaN'):
         prepare_inputs(images, bad, rot, tiny_model.cfg, SyntheticTextIds())
+
+
+@pytest.mark.cuda
+def test_cuda_drawn_weights_stored_on_host_equal_a_gpu_built_model() -> None:
+    """The engine builds presets drawn on the GPU but stored on the host (a 16 GB card cannot
+    hold the full preset); the weights and buffers must be those of a model built on the GPU."""
+    from alpamayo_offload.model import build_meta, build_random, materialize_random
+
+    on_gpu = build_random(tiny_config(), seed=2, device='cuda', dtype=torch.bfloat16)
+    on_host = materialize_random(build_meta(tiny_config(), torch.bfloat16), 2, 'cuda', home='cpu')
+    gpu_state, host_state = on_gpu.state_dict(), on_host.state_dict()
+    assert gpu_state.keys() == host_state.keys()
+    for key, value in host_state.items():
+        assert value.device.type == 'cpu', key
+        assert torch.equal(value, gpu_state[key].cpu()), key
