@@ -65,6 +65,10 @@ def _field(record: Any, name: str) -> Any:
     return record[name] if isinstance(record, Mapping) else getattr(record, name)
 
 
+def _has(record: Any, name: str) -> bool:
+    return name in record if isinstance(record, Mapping) else hasattr(record, name)
+
+
 def build_profile(calls: Iterable[Any], phase_wall_ms: Mapping[str, float], *,
                   model_identity: str, machine: MachineInfo, vram: VramProfile,
                   host_ms: float = 0.0, embed_host_ms: Mapping[str, float] | None = None,
@@ -129,18 +133,22 @@ def with_host_terms(profile: Profile, host_calls: Iterable[Any], *,
     """Return `profile` with the host issue terms of a host-timed run (and a steady host_ms).
 
     Each record has `sequence`, `layer`, `repetition` (as in the runtime's calls), `issue_ms`
-    (CPU time from the layer's first hook to its last, device waits excluded) and `gap_ms` (CPU
+    (CPU time from the layer's first hook to its last, device waits excluded), `gap_ms` (CPU
     time since the previous layer call ended, device waits excluded; for the first call of an
-    inference, since the vision pass began). Per phase: the median over passes of each layer's
-    issue time, and the median over passes of the pass's summed gaps (its non-layer host work).
+    inference, since the vision pass began) and optionally `stream_ms` (the part of `issue_ms`
+    spent in the runtime's streaming hooks; the run streams every layer). Per phase: the median
+    over passes of each layer's issue time without its streaming part, the median of the
+    streaming part over all its calls, and the median over passes of the pass's summed gaps
+    (its non-layer host work).
     """
-    table: dict[str, dict[int, dict[int, tuple[float, float]]]] = defaultdict(
+    table: dict[str, dict[int, dict[int, tuple[float, float, float]]]] = defaultdict(
         lambda: defaultdict(dict))
     for rec in host_calls:
+        stream = float(_field(rec, 'stream_ms')) if _has(rec, 'stream_ms') else 0.0
         table[str(_field(rec, 'sequence'))][int(_field(rec, 'repetition'))][
-            int(_field(rec, 'layer'))] = (float(_field(rec, 'issue_ms')),
-                                          float(_field(rec, 'gap_ms')))
-    by_phase: dict[str, list[dict[int, tuple[float, float]]]] = {}
+            int(_field(rec, 'layer'))] = (float(_field(rec, 'issue_ms')) - stream,
+                                          float(_field(rec, 'gap_ms')), stream)
+    by_phase: dict[str, list[dict[int, tuple[float, float, float]]]] = {}
     for name, reps in table.items():
         order = [reps[r] for r in sorted(reps)]
         for phase, _repeats, count in PHASES_OF_SEQUENCE.get(name, ()):
@@ -158,7 +166,9 @@ def with_host_terms(profile: Profile, host_calls: Iterable[Any], *,
             raise ProfileFormatError(f'host-timed run: {phase.name!r} passes {missing} lack '
                                      f'layer calls (expected layers 0..{n - 1} in every pass)')
         issue = tuple(statistics.median(calls[i][0] for calls in passes) for i in range(n))
-        lead = statistics.median(sum(g for _, g in calls.values()) for calls in passes)
-        phases.append(dataclasses.replace(phase, host_layer_ms=issue, host_lead_ms=lead))
+        lead = statistics.median(sum(c[1] for c in calls.values()) for calls in passes)
+        stream = statistics.median(c[2] for calls in passes for c in calls.values())
+        phases.append(dataclasses.replace(phase, host_layer_ms=issue, host_lead_ms=lead,
+                                          host_stream_ms=stream))
     return dataclasses.replace(profile, phases=tuple(phases),
                                host_ms=profile.host_ms if host_ms is None else host_ms)

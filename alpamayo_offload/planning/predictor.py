@@ -20,8 +20,9 @@ a prefetch copy cannot start before the host issued it (in the previous streamed
 a pass that reads a device value on the host (`host_waits`, or the host-side embedding gather)
 first waits for the compute engine. With everything resident, a pass therefore costs its host
 issue time when that is longer than its compute (the H200 decode pass: ~42 ms of host time for
-~10 ms of compute). Without host terms (zeros) the host never delays anything and the replay is
-the two-engine one above.
+~10 ms of compute). A streamed call costs the host its layer's issue time plus the runtime's
+streaming hooks (`host_stream_ms`, schema 3); a resident call only the former. Without host terms
+(zeros) the host never delays anything and the replay is the two-engine one above.
 
 Per-layer compute is the median over the profiled passes, never the mean (one stalled call would
 be charged to every pass). In pipelined mode a copy runs at the machine's pinned host-to-device
@@ -152,6 +153,7 @@ class _Pass:
     lead_ms: float      # host time before the first layer (incl. a host-side embedding gather)
     tail_ms: float      # non-layer GPU time after the layers
     waits: bool         # the host first waits for the compute engine (reads a device value)
+    stream_ms: float    # extra host time of a streamed call (the runtime's hooks)
 
 
 def _copy_ms(profile: Profile, pipeline: Pipeline) -> dict[str, tuple[float, ...]]:
@@ -173,7 +175,8 @@ def _schedule(profile: Profile, workload: Workload, embed_on_host: bool,
                       for i in range(seq.n_layers))
         gather = phase.embed_host_ms if embed_on_host else 0.0
         waits = phase.host_waits or gather > 0
-        out.extend(_Pass(k, steps, phase.host_lead_ms + gather, phase.typical_other_ms(), waits)
+        out.extend(_Pass(k, steps, phase.host_lead_ms + gather, phase.typical_other_ms(), waits,
+                         phase.host_stream_ms)
                    for _ in range(workload.passes(phase.repeats)))
     return out
 
@@ -208,6 +211,7 @@ def predict(profile: Profile, placement: Placement, workload: Workload = Workloa
             if (name, index) in resident:
                 start = max(compute_free, host)
             else:
+                host += p.stream_ms    # the pre-hook binds the slot and issues the next copy
                 slot = j & 1
                 if sequential:
                     begin = max(copy_free, compute_free, host)

@@ -21,9 +21,11 @@ from alpamayo_offload.planning.errors import ProfileFormatError, StaleProfileErr
 LOG = logging.getLogger(__name__)
 
 SCHEMA = 'alpamayo_offload.profile'
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # Version 1 lacks the host issue terms of each phase; it still loads, with the host floor off.
-READABLE_VERSIONS = (1, 2)
+# Version 2 has them, but the runtime's streaming hooks are not split off (host_stream_ms = 0):
+# it loads, with a resident layer charged the host time of a streamed one.
+READABLE_VERSIONS = (1, 2, 3)
 # How the pass count of a phase is set at prediction time: once per inference, once per decode
 # pass (the paper's N), once per diffusion step.
 REPEATS = ('once', 'decode', 'diffusion')
@@ -69,9 +71,11 @@ class PhaseProfile:
     `embed_host_ms` is the extra per-pass time when the token embedding is gathered on the host.
 
     Host terms (schema 2; empty/zero when not measured): `host_layer_ms[i]` is the CPU time to
-    issue one call of layer i (Python, hooks, kernel launches); `host_lead_ms` the CPU time of a
-    pass outside its layers (embedding, masks, positions, the previous pass's head and sampling);
-    `host_waits` whether the pass starts by reading a device value on the host (a sync).
+    issue one call of layer i (Python, kernel launches); `host_stream_ms` the extra CPU time of a
+    streamed call, spent in the runtime's hooks (slot binding, issuing the next copy), which a
+    resident layer does not run (schema 3); `host_lead_ms` the CPU time of a pass outside its
+    layers (embedding, masks, positions, the previous pass's head and sampling); `host_waits`
+    whether the pass starts by reading a device value on the host (a sync).
     """
 
     name: str
@@ -83,6 +87,7 @@ class PhaseProfile:
     host_layer_ms: tuple[float, ...] = ()
     host_lead_ms: float = 0.0
     host_waits: bool = False
+    host_stream_ms: float = 0.0
 
     def __post_init__(self) -> None:
         if self.repeats not in REPEATS:
@@ -103,6 +108,7 @@ class PhaseProfile:
         _check_nonneg(f'PhaseProfile {self.name!r}', 'embed_host_ms', (self.embed_host_ms,))
         _check_nonneg(f'PhaseProfile {self.name!r}', 'host_layer_ms', self.host_layer_ms)
         _check_nonneg(f'PhaseProfile {self.name!r}', 'host_lead_ms', (self.host_lead_ms,))
+        _check_nonneg(f'PhaseProfile {self.name!r}', 'host_stream_ms', (self.host_stream_ms,))
 
     @property
     def measured_passes(self) -> int:
@@ -222,10 +228,14 @@ class Profile:
             raise ProfileFormatError(
                 f'profile schema {data.get("schema")!r} version {version!r} is not {SCHEMA!r} '
                 f'version {READABLE_VERSIONS}; re-run `alpamayo-offload profile`')
-        if version < SCHEMA_VERSION:
-            LOG.warning('profile schema version %s has no host issue times: predictions ignore '
+        if version == 1:
+            LOG.warning('profile schema version 1 has no host issue times: predictions ignore '
                         'the host floor and under-estimate host-bound plans (e.g. almost all '
-                        'layers resident); re-run `alpamayo-offload profile`', version)
+                        'layers resident); re-run `alpamayo-offload profile`')
+        elif version < SCHEMA_VERSION:
+            LOG.warning('profile schema version %s does not split the streaming hooks off the '
+                        'host issue times: predictions over-estimate host-bound plans with many '
+                        'resident layers; re-run `alpamayo-offload profile`', version)
         try:
             return cls(
                 model_identity=str(data['model_identity']),
@@ -243,7 +253,8 @@ class Profile:
                                           host_layer_ms=tuple(float(x) for x in
                                                               p.get('host_layer_ms', ())),
                                           host_lead_ms=float(p.get('host_lead_ms', 0.0)),
-                                          host_waits=bool(p.get('host_waits', False)))
+                                          host_waits=bool(p.get('host_waits', False)),
+                                          host_stream_ms=float(p.get('host_stream_ms', 0.0)))
                              for p in data['phases']),
                 vram=VramProfile(**data['vram']),
                 host_ms=float(data.get('host_ms', 0.0)),

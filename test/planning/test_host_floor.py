@@ -12,6 +12,7 @@ from alpamayo_offload.planning.collect import with_host_terms
 from alpamayo_offload.planning.errors import ProfileFormatError
 from alpamayo_offload.planning.predictor import Placement, Workload, predict
 from alpamayo_offload.planning.profile import (
+    SCHEMA_VERSION,
     MachineInfo,
     PhaseProfile,
     Profile,
@@ -23,11 +24,12 @@ from alpamayo_offload.planning.profile import (
 N = 4
 
 
-def _profile(host_layer: float = 0.0, lead: float = 0.0, waits: bool = False) -> Profile:
+def _profile(host_layer: float = 0.0, lead: float = 0.0, waits: bool = False,
+             stream: float = 0.0) -> Profile:
     """One 4-layer sequence, 1 ms compute and 2 ms copy per layer, three decode passes."""
     phase = PhaseProfile('decode', 'lm', 'decode', ((1.0,) * N,), (0.0,),
                          host_layer_ms=(host_layer,) * N if host_layer else (),
-                         host_lead_ms=lead, host_waits=waits)
+                         host_lead_ms=lead, host_waits=waits, host_stream_ms=stream)
     return Profile('preset:test', MachineInfo('test'), (SequenceProfile('lm', (100,) * N,
                                                                          (2.0,) * N),),
                    (phase,), VramProfile(0, 0, 0))
@@ -59,6 +61,26 @@ def test_copy_bound_passes_hide_a_fast_host() -> None:
     assert hosted == pytest.approx(streamed)    # the first copy is primed; the rest overlap
 
 
+def test_only_streamed_calls_pay_the_streaming_hooks() -> None:
+    """A resident layer runs no runtime hook: a host-bound all-resident plan costs the layers'
+    own issue time, whatever the streaming part; a host-bound streamed plan pays both."""
+    everything = Placement.of({'lm': range(N)})
+    resident = [predict(_profile(host_layer=3.0, lead=2.0, stream=s), everything,
+                        Workload(3, 0)).total_ms for s in (0.0, 1.5)]
+    assert resident == pytest.approx([3 * (2.0 + N * 3.0)] * 2)
+    streamed = predict(_profile(host_layer=3.0, lead=2.0, stream=1.5), Placement.of(),
+                       Workload(3, 0)).total_ms
+    assert streamed == pytest.approx(3 * (2.0 + N * 4.5))
+
+
+def test_with_host_terms_splits_off_the_streaming_hooks() -> None:
+    calls = [{'sequence': 'lm', 'layer': i, 'repetition': r, 'issue_ms': 1.5 + 0.1 * i,
+              'stream_ms': 0.5 + (r == 3) * 9, 'gap_ms': 0.1} for r in range(4) for i in range(N)]
+    decode = with_host_terms(_profile(), calls).phases[0]
+    assert decode.host_layer_ms == pytest.approx(tuple(1.0 + 0.1 * i for i in range(N)))
+    assert decode.host_stream_ms == pytest.approx(0.5)
+
+
 def test_with_host_terms_takes_medians_per_layer_and_pass() -> None:
     profile = _profile()
     calls = [{'sequence': 'lm', 'layer': i, 'repetition': r, 'issue_ms': 1.0 + (r == 2) * 50,
@@ -75,13 +97,26 @@ def test_with_host_terms_takes_medians_per_layer_and_pass() -> None:
 def test_schema_1_loads_without_host_terms(tmp_path: Path,
                                            caplog: pytest.LogCaptureFixture) -> None:
     data = _profile(host_layer=1.0).to_dict()
-    assert data['schema_version'] == 2
+    assert data['schema_version'] == SCHEMA_VERSION
     data['schema_version'] = 1
     for phase in data['phases']:
-        for key in ('host_layer_ms', 'host_lead_ms', 'host_waits'):
+        for key in ('host_layer_ms', 'host_lead_ms', 'host_waits', 'host_stream_ms'):
             del phase[key]
     (tmp_path / 'v1.json').write_text(json.dumps(data))
     with caplog.at_level(logging.WARNING):
         loaded, _ = load_profile(tmp_path / 'v1.json')
     assert 'host issue' in caplog.text and not loaded.host_issue_measured
     assert loaded == dataclasses.replace(_profile(), phases=loaded.phases)
+
+
+def test_schema_2_loads_with_the_streaming_hooks_inside_the_issue_time(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    data = _profile(host_layer=1.0).to_dict()
+    data['schema_version'] = 2
+    for phase in data['phases']:
+        del phase['host_stream_ms']
+    (tmp_path / 'v2.json').write_text(json.dumps(data))
+    with caplog.at_level(logging.WARNING):
+        loaded, _ = load_profile(tmp_path / 'v2.json')
+    assert 'streaming hooks' in caplog.text
+    assert loaded == _profile(host_layer=1.0)
