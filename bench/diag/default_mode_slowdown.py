@@ -5,6 +5,8 @@ deterministic pass but 3.07 s (median of 3) in default mode, 14 GiB 2.46 vs 3.98
 was faster in default mode. Suspects: the attention kernel default mode picks (cuDNN SDPA, whose
 workspace is allocated per call) and the allocator freeing cached blocks (a device-wide sync)
 when a capped process runs short. Each variant below changes one thing; the table names the cause.
+Run 3 (H200, 2026-11-29 23:15 UTC) did not reproduce it: default mode was 4-9 % faster than strict,
+no allocator retries (docs/benchmarks.md section 4).
 
     python3 bench/diag/default_mode_slowdown.py [--runs 3]
 """
