@@ -30,7 +30,8 @@ class ReplayConfig:
 
     `rate_hz` is the evaluation rate; `max_backward_jump_s` is how far a topic's stamps may go back
     (reordering from jitter) before the bag is refused as a clock jump; a forward step larger than
-    `gap_warning_s` is reported as a gap.
+    `gap_warning_s` is reported as a gap. `decode_threads` decode one sample's frames in parallel
+    (the node's `images.decode_threads`); the pixels, hence the results, do not depend on it.
     """
 
     cameras: tuple[CameraTopic, ...]
@@ -44,6 +45,7 @@ class ReplayConfig:
     max_backward_jump_s: float = 0.5
     gap_warning_s: float = 1.0
     plan_info: dict[str, Any] = field(default_factory=dict)
+    decode_threads: int = 1
 
     def __post_init__(self) -> None:
         if not self.cameras:
@@ -60,6 +62,8 @@ class ReplayConfig:
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(f'{name} = {value} must be a finite number > 0')
+        if self.decode_threads < 1:
+            raise ValueError(f'decode_threads {self.decode_threads} must be >= 1')
         if self.camera_depth < 4 or self.odometry_depth < 2:
             raise ValueError(f'camera_depth {self.camera_depth} must be >= 4 and odometry_depth '
                              f'{self.odometry_depth} >= 2')

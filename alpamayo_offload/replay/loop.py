@@ -12,6 +12,8 @@ import struct
 import sys
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Executor, ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -155,16 +157,16 @@ def _as_stack(arr: Any, tail: int) -> np.ndarray:
 
 def evaluate_tick(bag: PreparedBag, tick: int, cameras: dict[int, list[Any]],
                   odometry: Sequence[OdometrySample], cfg: ReplayConfig, planner: Planner,
-                  planner_errors: tuple[type[Exception], ...], warmup: bool = False
-                  ) -> dict[str, Any]:
+                  planner_errors: tuple[type[Exception], ...], warmup: bool = False,
+                  pool: Executor | None = None) -> dict[str, Any]:
     """One evaluation time -> one record (scored, or rejected with its reason).
 
     `warmup` marks the first planner call of a process (one-time costs); its latency is kept in
-    the record but left out of the latency statistics.
+    the record but left out of the latency statistics. `pool` decodes the frames in parallel.
     """
     t_start = time.perf_counter()
     try:
-        model_input = assemble(cameras, odometry, cfg.assembly, now_ns=tick)
+        model_input = assemble(cameras, odometry, cfg.assembly, now_ns=tick, pool=pool)
     except InputError as err:
         return _rejected(bag.key, tick, err.reason, err.message)
     t_assembled = time.perf_counter()
@@ -213,7 +215,7 @@ def replay_bag(bag: PreparedBag, cfg: ReplayConfig, planner: Planner, store: Sam
         while tick is not None and (stamp is None or tick < stamp):
             snapshot = {slot: buf.snapshot() for slot, buf in cams.values()}
             record = evaluate_tick(bag, tick, snapshot, odom_buf.snapshot(), cfg, planner,
-                                   planner_errors, warmup=state.scored == 0)
+                                   planner_errors, warmup=state.scored == 0, pool=pool)
             store.append(record)
             state.scored += record['status'] == 'ok'
             if record['status'] != 'ok':
@@ -222,7 +224,9 @@ def replay_bag(bag: PreparedBag, cfg: ReplayConfig, planner: Planner, store: Sam
             tick = next(pending, None)
         return tick
 
-    with BagReader(bag.info.path, cfg.expected_topics()) as reader:
+    pool = ThreadPoolExecutor(cfg.decode_threads, thread_name_prefix='replay-decode') \
+        if cfg.decode_threads > 1 else None
+    with BagReader(bag.info.path, cfg.expected_topics()) as reader, pool or nullcontext():
         for m in reader.messages(list(cfg.expected_topics())):
             if m.topic == cfg.odometry_topic:
                 item: Any = odometry_from_msg(m.msg)

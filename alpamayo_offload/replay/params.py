@@ -102,7 +102,7 @@ def load_replay_config(param_files: Sequence[Path], *, remaps: Mapping[str, str]
             output_frame_id=node.output_frame_id, camera_depth=node.camera_depth,
             odometry_depth=node.odometry_depth,
             rate_hz=rate_hz if rate_hz is not None else 1.0 / node.period_s,
-            plan_info=dict(node.plan_info))
+            plan_info=dict(node.plan_info), decode_threads=node.decode_threads)
     except (ValueError, PlanningError) as err:  # ParameterError is a ValueError too
         raise ReplayConfigError(f'{err} (parameter files: {[str(p) for p in param_files]})'
                                 ) from err

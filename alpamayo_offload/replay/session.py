@@ -46,8 +46,13 @@ class SessionResult:
 
 
 def fingerprint(cfg: ReplayConfig, bags: Sequence[PreparedBag]) -> dict[str, Any]:
-    """Describe what must be equal for `--resume` to continue a run: configuration and bags."""
-    return {'config': cfg.to_json(),
+    """Describe what must be equal for `--resume` to continue a run: configuration and bags.
+
+    Decode threads are left out: they change how fast frames are decoded, not the pixels.
+    """
+    config = cfg.to_json()
+    del config['decode_threads']
+    return {'config': config,
             'bags': [{'key': b.key, 'start_ns': b.info.start_ns, 'end_ns': b.info.end_ns,
                       'message_counts': b.info.message_counts} for b in bags]}
 
