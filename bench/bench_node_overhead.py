@@ -158,36 +158,32 @@ def engine_stages(engine: Any, inputs: ModelInput, repeats: int) -> tuple[dict[s
 def token_selection_ms(engine: Any, inputs: ModelInput, repeats: int) -> tuple[float, float]:
     """Instrumented pass: ms per inference (median) spent picking tokens, and tokens per inference.
 
-    Masking the trajectory ids and the greedy pick over each token's logits run between the
-    decode passes, so the engine counts them in its postprocess stage.
+    The greedy pick over each token's logits, trajectory ids excluded (`_next_token`), runs
+    between the decode passes, so the engine counts it in its postprocess stage.
     """
     from alpamayo_offload.model import inference
 
     spent = [0.0]
     calls = [0]
-    originals = {name: getattr(inference, name) for name in ('_mask_traj_tokens', '_next_token')}
+    original = inference._next_token
 
-    def timed(fn: Callable[..., Any]) -> Callable[..., Any]:
-        def wrapper(*a: Any) -> Any:
-            start = time.perf_counter()
-            try:
-                return fn(*a)
-            finally:
-                spent[0] += time.perf_counter() - start
-                calls[0] += fn is originals['_next_token']
-        return wrapper
+    def timed(*a: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return original(*a)
+        finally:
+            spent[0] += time.perf_counter() - start
+            calls[0] += 1
 
     per_run = []
     try:
-        for name, fn in originals.items():
-            setattr(inference, name, timed(fn))
+        inference._next_token = timed
         for _ in range(repeats):
             spent[0] = 0.0
             engine.infer(inputs)
             per_run.append(spent[0] * 1e3)
     finally:
-        for name, fn in originals.items():
-            setattr(inference, name, fn)
+        inference._next_token = original
     return statistics.median(per_run), calls[0] / repeats
 
 

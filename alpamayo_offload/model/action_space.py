@@ -8,6 +8,8 @@ but it is kept so ground-truth trajectories can be expressed as actions.
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import nn
 
@@ -48,11 +50,24 @@ def _difference_matrix(n: int, order: int, dtype: torch.dtype,
     return d
 
 
+@functools.lru_cache(maxsize=32)
 def _smoothness(n: int, order: int, lam: float, dt: float, dtype: torch.dtype,
                 device: torch.device) -> torch.Tensor:
-    """Lam / dt^(2 order) * D^T D: the normal-equation term penalising the order-th derivative."""
-    d = _difference_matrix(n, order, dtype, device)
-    return (lam / dt ** (2 * order)) * (d.T @ d)
+    """Lam / dt^(2 order) * D^T D: the normal-equation term penalising the order-th derivative.
+
+    A constant per shape, built once (read-only by every caller): rebuilding it took ~0.15 ms of
+    each inference's host time. Built outside inference mode so any caller may use it.
+    """
+    with torch.inference_mode(False):
+        d = _difference_matrix(n, order, dtype, device)
+        return (lam / dt ** (2 * order)) * (d.T @ d)
+
+
+@functools.lru_cache(maxsize=32)
+def _ridge(n: int, ridge: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Ridge * I (n, n), built once like `_smoothness` (read-only)."""
+    with torch.inference_mode(False):
+        return ridge * torch.eye(n, dtype=dtype, device=device)
 
 
 def _cholesky_solve(lhs: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor:
@@ -101,7 +116,7 @@ class UnicycleAccelCurvatureActionSpace(nn.Module):
             n1 = a.shape[-1]
             lhs = (a.transpose(-1, -2) @ a
                    + _smoothness(n1, 3, c.v_lambda, c.dt, a.dtype, a.device)
-                   + c.v_ridge * torch.eye(n1, dtype=a.dtype, device=a.device))
+                   + _ridge(n1, c.v_ridge, a.dtype, a.device))
             rhs = (a.transpose(-1, -2) @ target.unsqueeze(-1)).squeeze(-1)
             return _cholesky_solve(lhs, rhs)[..., -1]
 

@@ -15,6 +15,7 @@ keeps the processor path for tests.
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -116,11 +117,19 @@ def preprocess_images_reference(images: np.ndarray | torch.Tensor,
     return out["pixel_values"].float(), out["image_grid_thw"].long()
 
 
-def _value_tables(proc: Qwen2VLImageProcessorPil) -> np.ndarray:
-    """(3, 256) float32: the processor's rescale + normalise of every uint8 value per channel."""
+@functools.lru_cache(maxsize=8)
+def _value_tables(cfg: AlpamayoConfig) -> np.ndarray:
+    """(3, 256) float32: the processor's rescale + normalise of every uint8 value per channel.
+
+    Built once per config (read-only): building the processor and tables costs more per inference
+    than the lookup itself.
+    """
+    proc = make_image_processor(cfg)
     levels = np.broadcast_to(np.arange(256, dtype=np.uint8), (3, 1, 256))  # (C, H=1, W) like CHW
     scaled = proc.rescale(np.ascontiguousarray(levels), proc.rescale_factor)
-    return proc.normalize(scaled, proc.image_mean, proc.image_std)[:, 0, :]
+    tables = proc.normalize(scaled, proc.image_mean, proc.image_std)[:, 0, :]
+    tables.setflags(write=False)
+    return tables
 
 
 def preprocess_images(images: np.ndarray | torch.Tensor,
@@ -142,7 +151,7 @@ def preprocess_images(images: np.ndarray | torch.Tensor,
     # (n, gh/m, m, p, gw/m, m, p, C) -> (n, gh/m, gw/m, m, m, C, p, p): the processor's order
     patches = np.ascontiguousarray(frames.reshape(n, gh // m, m, p, gw // m, m, p, 3)
                                    .transpose(0, 1, 4, 2, 5, 7, 3, 6)).reshape(-1, 3, 1, p * p)
-    tables = _value_tables(make_image_processor(cfg))
+    tables = _value_tables(cfg)
     if (tables == tables[:1]).all():
         values = np.take(tables[0], patches, mode="clip")
     else:
