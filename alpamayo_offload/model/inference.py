@@ -16,7 +16,9 @@ The device and dtype are arguments of every call (never cached): the runtime may
 """
 from __future__ import annotations
 
+import functools
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -219,14 +221,25 @@ def _traj_ids(model: AlpamayoR1) -> range:
     return range(tk.traj_token_start_idx, tk.traj_token_start_idx + tk.traj_vocab_size)
 
 
+def _token_picker(opts: DecodeOptions, gen: torch.Generator | None, excluded: range,
+                  logits: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
+    """Choose how to pick each token of logits like `logits`: decided once, not per token."""
+    if not opts.sample and logits.device.type == "cpu" and logits.dtype == torch.float32:
+        return functools.partial(_host_greedy, excluded=excluded)
+    return functools.partial(_next_token, opts=opts, gen=gen, excluded=excluded)
+
+
+def _host_greedy(logits: torch.Tensor, excluded: range) -> torch.Tensor:
+    """`_next_token`'s greedy pick for float32 host logits, leaving `logits` as they are."""
+    return torch.from_numpy(_host_argmax(logits.numpy(), excluded))
+
+
 def _next_token(logits: torch.Tensor, opts: DecodeOptions, gen: torch.Generator | None,
                 excluded: range) -> torch.Tensor:
     """Greedy argmax, or temperature + top-p (HF semantics, top-k off) multinomial -> (B, 1).
 
-    The `excluded` ids count as -inf (written into `logits`, except by the host greedy pick).
+    The `excluded` ids count as -inf (written into `logits`).
     """
-    if not opts.sample and logits.device.type == "cpu" and logits.dtype == torch.float32:
-        return torch.from_numpy(_host_argmax(logits.numpy(), excluded))
     logits[:, excluded.start:excluded.stop] = float("-inf")
     if not opts.sample:
         return logits.argmax(dim=-1, keepdim=True)
@@ -283,8 +296,8 @@ def run_inference(model: AlpamayoR1, inputs: ModelInputs, device: torch.device |
             logits = logits.repeat_interleave(s, dim=0)
             rope_deltas = rope_deltas.repeat_interleave(s, dim=0)
         budget = opts.token_budget
-        excluded = _traj_ids(model)
-        tokens = [_next_token(logits, opts, gen, excluded)]
+        pick = _token_picker(opts, gen, _traj_ids(model), logits)
+        tokens = [pick(logits)]
         rows = _row_ends(tokens[0], opts.stop_on_im_end)
         step = 0
         while len(tokens) < budget:
@@ -295,7 +308,7 @@ def run_inference(model: AlpamayoR1, inputs: ModelInputs, device: torch.device |
             obs.phase_start("decode", step, is_last)
             logits = ro.decode(tokens[-1], cache, rope_deltas)
             obs.phase_end("decode", step)
-            tokens.append(rows.add(_next_token(logits, opts, gen, excluded)))
+            tokens.append(rows.add(pick(logits)))
             step += 1
             if is_last:
                 break
@@ -390,7 +403,7 @@ class _HostRowEnds:
 
     def add(self, token: torch.Tensor) -> torch.Tensor:
         """Account for the newest token (B, 1); returns it with pad in the rows already ended."""
-        ids = token[:, 0].tolist()
+        ids = [row[0] for row in token.tolist()]
         if any(self._eos):
             ids = [PAD_ID if ended else i for i, ended in zip(ids, self._eos, strict=True)]
             token = torch.tensor(ids, dtype=token.dtype)[:, None]

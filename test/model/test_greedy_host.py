@@ -8,7 +8,7 @@ from alpamayo_offload.model.inference import (
     DecodeOptions,
     _DeviceRowEnds,
     _HostRowEnds,
-    _next_token,
+    _token_picker,
 )
 
 EXCLUDED = range(151669, 155669)
@@ -20,6 +20,10 @@ def _torch_pick(logits: torch.Tensor, excluded: range) -> torch.Tensor:
     return masked.argmax(dim=-1, keepdim=True)
 
 
+def _host_pick(logits: torch.Tensor) -> torch.Tensor:
+    return _token_picker(DecodeOptions(), None, EXCLUDED, logits)(logits)
+
+
 def test_host_argmax_matches_torch_on_ties_nan_and_inf() -> None:
     logits = torch.randn(3, 155697, generator=torch.Generator().manual_seed(0))
     logits[0, 11] = logits[0, 4000] = 50.0                 # tie: the first wins
@@ -27,7 +31,7 @@ def test_host_argmax_matches_torch_on_ties_nan_and_inf() -> None:
     logits[2] = float('-inf')                              # all masked: index 0
     want = _torch_pick(logits, EXCLUDED)
     with torch.inference_mode():
-        got = _next_token(logits, DecodeOptions(), None, EXCLUDED)
+        got = _host_pick(logits)
     assert got.dtype == torch.long and got.shape == (3, 1)
     assert torch.equal(got, want)
     assert got[:, 0].tolist() == [11, 9, 0]
@@ -45,9 +49,9 @@ def test_host_argmax_never_picks_an_excluded_id() -> None:
     rows[5, 1] = 80.0                                             # ordinary row in the same batch
     for batch in (rows, *(rows[i:i + 1] for i in range(rows.shape[0]))):
         want = _torch_pick(batch, EXCLUDED)
-        got = _next_token(batch.clone(), DecodeOptions(), None, EXCLUDED)
+        got = _host_pick(batch.clone())
         assert torch.equal(got, want)
-    assert _next_token(rows.clone(), DecodeOptions(), None, EXCLUDED)[:, 0].tolist() == \
+    assert _host_pick(rows.clone())[:, 0].tolist() == \
         [int(rows[0, :151669].argmax()), int(rows[1, :151669].argmax()), 151668, 155690, 0, 1]
 
 
