@@ -19,10 +19,10 @@ size), so decode + resize runs in the background and is reported separately. Rep
 3. the background decode cost: CPU time per frame and per second of 4-camera input.
 
 Message conversion (in the subscription callbacks) is reported beside. The engine's postprocess
-stage is everything between and after the model's phases; an instrumented pass splits off its
-per-token part (masking + greedy argmax of each token's logits in the decode loop). Frames are
-textured ~290 KB q90 JPEGs (a plain gradient compresses to 90 KB and decodes twice as fast as a
-camera frame).
+stage is everything between and after the model's phases. Choosing each token (trajectory ids
+masked, greedy argmax of its logits) ends the prefill/decode pass that emits it, so it is model
+time; an instrumented pass reports it beside. Frames are textured ~290 KB q90 JPEGs (a plain
+gradient compresses to 90 KB and decodes twice as fast as a camera frame).
 
 Run: .venv/bin/python bench/bench_node_overhead.py [--device cuda --model DIR] [--json OUT.json]
      [--image-size 320x576]
@@ -158,8 +158,8 @@ def engine_stages(engine: Any, inputs: ModelInput, repeats: int) -> tuple[dict[s
 def token_selection_ms(engine: Any, inputs: ModelInput, repeats: int) -> tuple[float, float]:
     """Instrumented pass: ms per inference (median) spent picking tokens, and tokens per inference.
 
-    The pick of each token from its logits, trajectory ids excluded (`_token_picker`'s), runs
-    between the passes, so the engine counts it in its postprocess stage.
+    The pick of each token from its logits, trajectory ids excluded (`_token_picker`'s), ends
+    the prefill/decode pass that emits the token, so the engine counts it in those phases.
     """
     from alpamayo_offload.model import inference
 
@@ -359,7 +359,7 @@ def main() -> None:
         'convert_ms': convert_ms, 'select_ms': select_ms, 'path_ms': path_ms,
         'decode_ms_by_threads': decode_ms, 'fetch_ready_ms': fetch_ms,
         'engine_stage_ms': {k: v * 1e3 for k, v in stages.items()},
-        'postprocess_token_selection_ms': select_tokens_ms, 'tokens_per_inference': tokens,
+        'token_selection_in_passes_ms': select_tokens_ms, 'tokens_per_inference': tokens,
         'host_overhead_ready_ms': ready_ms + engine_extra_ms,
         'host_overhead_live_ms': on['host_ms'], 'host_overhead_live_p90_ms': on['host_ms_p90'],
         'critical_path_decode_ahead_ready_ms': ready_ms,
@@ -404,8 +404,8 @@ def main() -> None:
     print(f'engine ({args.model}, {args.device}, {args.torch_threads} torch thread(s)) on the same '
           'input, median ms per stage:')
     print('  ' + '  '.join(f'{k} {v * 1e3:.2f}' for k, v in stages.items()))
-    print(f'  postprocess: of which token selection in the decode loop (greedy argmax over '
-          f'the logits, trajectory ids excluded, {tokens:.0f} tokens; instrumented pass) '
+    print(f'  prefill + decode: of which token selection (greedy argmax over the logits, '
+          f'trajectory ids excluded, {tokens:.0f} tokens; instrumented pass) '
           f'{select_tokens_ms:.2f} ms')
     print('HOST OVERHEAD per inference = node critical path + engine preprocess + postprocess '
           '(decode + resize not included: background, (3)):')

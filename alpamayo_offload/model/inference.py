@@ -1,6 +1,9 @@
 """One inference: frames + history -> chain-of-causation tokens -> 64-waypoint trajectory.
 
-Our own loop over the transformers modules (no `generate`), so every pass is a visible phase:
+Our own loop over the transformers modules (no `generate`), so every pass is a visible phase.
+A prefill or decode pass ends once its token is chosen (trajectory ids masked, greedy pick or
+sampling, pad after <|im_end|>), as in one step of `generate`'s loop; deciding whether another
+pass follows is left between passes:
 
 1. vision   ViT on all images -> merged image embeddings + DeepStack features
 2. prefill  token embeddings (gathered where `embed_tokens` lives, e.g. the host), image
@@ -286,7 +289,6 @@ def run_inference(model: AlpamayoR1, inputs: ModelInputs, device: torch.device |
         obs.phase_start("prefill", 0, True)
         logits, hidden, cache, rope_deltas = ro.prefill(inputs.input_ids, inputs.image_grid_thw,
                                                         image_embeds, deepstack)
-        obs.phase_end("prefill", 0)
         if keep_extras:
             extras.update(image_embeds=image_embeds, prefill_last_hidden_state=hidden,
                           rope_deltas=rope_deltas)
@@ -295,9 +297,10 @@ def run_inference(model: AlpamayoR1, inputs: ModelInputs, device: torch.device |
             cache.batch_repeat_interleave(s)
             logits = logits.repeat_interleave(s, dim=0)
             rope_deltas = rope_deltas.repeat_interleave(s, dim=0)
-        budget = opts.token_budget
         pick = _token_picker(opts, gen, _traj_ids(model), logits)
-        tokens = [pick(logits)]
+        tokens = [pick(logits)]   # the prefill pass emits the first token
+        obs.phase_end("prefill", 0)
+        budget = opts.token_budget
         rows = _row_ends(tokens[0], opts.stop_on_im_end)
         step = 0
         while len(tokens) < budget:
@@ -307,8 +310,8 @@ def run_inference(model: AlpamayoR1, inputs: ModelInputs, device: torch.device |
                 opts.fixed_decode_tokens is None and rows.all_done(latest=True))
             obs.phase_start("decode", step, is_last)
             logits = ro.decode(tokens[-1], cache, rope_deltas)
+            tokens.append(rows.add(pick(logits)))   # the pass ends with its token chosen
             obs.phase_end("decode", step)
-            tokens.append(rows.add(pick(logits)))
             step += 1
             if is_last:
                 break
