@@ -233,7 +233,7 @@ def _token_picker(opts: DecodeOptions, gen: torch.Generator | None, excluded: ra
 
 
 def _host_greedy(logits: torch.Tensor, excluded: range) -> torch.Tensor:
-    """`_next_token`'s greedy pick for float32 host logits, leaving `logits` as they are."""
+    """`_next_token`'s greedy pick for float32 host logits, by numpy (`_host_argmax`)."""
     return torch.from_numpy(_host_argmax(logits.numpy(), excluded))
 
 
