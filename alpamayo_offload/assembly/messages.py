@@ -8,8 +8,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 RAW_ENCODINGS = ('rgb8', 'bgr8', 'rgba8', 'bgra8', 'mono8')
 
 
@@ -36,10 +34,6 @@ class OdometrySample:
     child_frame_id: str
     position: tuple[float, float, float]
     orientation_xyzw: tuple[float, float, float, float]
-
-    def is_finite(self) -> bool:
-        """Whether every coordinate is finite (NaN/Inf odometry is rejected at assembly)."""
-        return bool(np.isfinite(self.position).all() and np.isfinite(self.orientation_xyzw).all())
 
 
 def stamp_to_ns(stamp: Any) -> int:

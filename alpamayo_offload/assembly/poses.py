@@ -1,6 +1,7 @@
 """Pose interpolation over odometry: linear position, slerp orientation, rear-axle offset."""
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -65,17 +66,22 @@ def matrix_to_quat(m: np.ndarray) -> np.ndarray:
 
 def slerp(q0: np.ndarray, q1: np.ndarray, u: float) -> np.ndarray:
     """Interpolate unit quaternions (x, y, z, w) on the sphere; u outside [0, 1] extrapolates."""
-    q0 = q0 / np.linalg.norm(q0)
-    q1 = q1 / np.linalg.norm(q1)
+    q0 = q0 / _norm(q0)
+    q1 = q1 / _norm(q1)
     dot = float(np.dot(q0, q1))
     if dot < 0.0:  # take the short way round
         q1, dot = -q1, -dot
     if dot > 1.0 - 1e-12:  # angle below ~1e-6 rad: lerp is exact to float precision, no 0/0
         q = q0 + u * (q1 - q0)
-        return q / np.linalg.norm(q)
+        return q / _norm(q)
     theta = np.arccos(min(dot, 1.0))
     q = (np.sin((1.0 - u) * theta) * q0 + np.sin(u * theta) * q1) / np.sin(theta)
-    return q / np.linalg.norm(q)
+    return q / _norm(q)
+
+
+def _norm(q: np.ndarray) -> float:
+    """`np.linalg.norm` of a real vector (sqrt of its dot with itself), without its overhead."""
+    return math.sqrt(q.dot(q))
 
 
 def interpolate_poses(
@@ -110,10 +116,13 @@ def interpolate_poses(
     hi = min(int(np.searchsorted(stamps, t_last, side='left')), len(samples) - 1)
     lo = min(lo, max(hi - 1, 0))
     window = samples[lo:hi + 1]
-    bad = [s for s in window if not s.is_finite()]
-    if bad:
+    pos = np.array([s.position for s in window], dtype=np.float64).reshape(-1, 3)
+    quat = np.array([s.orientation_xyzw for s in window], dtype=np.float64).reshape(-1, 4)
+    finite = np.isfinite(pos).all(axis=1) & np.isfinite(quat).all(axis=1)
+    if not finite.all():
+        bad = window[int(finite.argmin())]
         raise InputError(ODOMETRY_NONFINITE,
-                         f'odometry at stamp {bad[0].stamp_ns} ns holds NaN/Inf; check the source')
+                         f'odometry at stamp {bad.stamp_ns} ns holds NaN/Inf; check the source')
     if len(window) < 2:
         raise InputError(ODOMETRY_INSUFFICIENT, 'need at least two odometry samples around t0')
     gaps = np.diff(stamps[lo:hi + 1]) / 1e9
@@ -122,13 +131,11 @@ def interpolate_poses(
         raise InputError(ODOMETRY_GAP,
                          f'odometry gap of {gaps[i]:.3f} s after stamp {stamps[lo + i]} ns exceeds '
                          f'sync.max_odometry_gap_s = {max_gap_s}')
-    pos = np.array([s.position for s in window], dtype=np.float64)
-    quat = np.array([s.orientation_xyzw for s in window], dtype=np.float64)
     wst = stamps[lo:hi + 1]
     xyz = np.empty((len(times_ns), 3))
     quats = np.empty((len(times_ns), 4))
     for k, t in enumerate(times_ns):
-        j = int(np.clip(np.searchsorted(wst, t, side='right') - 1, 0, len(wst) - 2))
+        j = min(max(int(np.searchsorted(wst, t, side='right')) - 1, 0), len(wst) - 2)
         u = (t - wst[j]) / (wst[j + 1] - wst[j])
         xyz[k] = pos[j] + u * (pos[j + 1] - pos[j])
         quats[k] = slerp(quat[j], quat[j + 1], float(u))
