@@ -232,7 +232,7 @@ def main() -> int:
     save_profile(profile, out / 'profile_schema1_terms.json')
     profile = add_host_terms(engine, model_input, profile, args.runs)
     save_profile(profile, out / 'profile.json')
-    synced = with_host_terms(profile, host_issue_calls(engine, model_input, sync_each_call=True))
+    synced = with_host_terms(profile, host_issue_calls(engine, model_input, sync_every=1))
     save_profile(synced, out / 'profile_synced_calls.json')
     workload = Workload(profile.measured_passes('decode'), 10)
     options = PlannerOptions(workload=workload)

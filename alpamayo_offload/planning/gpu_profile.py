@@ -133,23 +133,28 @@ def profile_engine(engine: Any, *, model: str, loaded_bytes: int, warmup: int,
         created_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'))
 
 
-def host_issue_calls(engine: Any, model_input: Any,
-                     sync_each_call: bool = False) -> list[dict[str, Any]]:
+def host_issue_calls(engine: Any, model_input: Any, sync_every: int = 8
+                     ) -> list[dict[str, Any]]:
     """One inference with the host timed around every layer call (`collect.with_host_terms`).
 
-    The engine streams every layer, so the device lags the host by a pass of copies and the host
-    issues a pass without blocking, as in a real run; the device is synchronised only after the
-    last layer of each pass (and where vision starts), so the gap before the next pass holds its
-    host work and only short waits. `sync_each_call` synchronises around every call instead
-    (waits subtracted): no call can block on a full launch queue, but the host restarts cold
-    after each wait; on the H200 VM of 2026-11-29 that way gave 50.5 ms per decode pass where a
-    mostly resident plan ran passes in at most 34.8 ms. A prepended pre-hook starts a call's
-    clock; the time until the hook after the runtime's pre-hook, plus the runtime's post-hook
-    (after a prepended post-hook marks the forward's end), is the streaming part (`stream_ms`),
-    which a resident layer does not spend.
+    The engine streams every layer, so the device lags the host by the copies; the host issues
+    calls without waiting, as in a real run, and the device is synchronised (outside the timed
+    spans) after every `sync_every`-th call, after the last layer of each pass and where vision
+    starts. The periodic sync bounds how far the host runs ahead, so no call blocks on a full
+    launch queue; it moves by one layer per pass, so the call after a sync (the host restarts
+    cold) is a different layer each pass and drops out of the per-layer median. The gap before a
+    pass holds its host work and only short waits. `sync_every=1` also synchronises before each
+    forward (waits subtracted), the way the H200 profiles of 2026-11-29 were taken: it gave
+    50.5 ms per decode pass where a mostly resident plan ran passes in at most 34.8 ms.
+
+    A prepended pre-hook starts a call's clock; the time until the hook after the runtime's
+    pre-hook, plus the runtime's post-hook (after a prepended post-hook marks the forward's end),
+    is the streaming part (`stream_ms`), which a resident layer does not spend.
     """
     import torch
 
+    if sync_every < 1:
+        raise PlanningError(f'sync_every = {sync_every} must be >= 1')
     records: list[dict[str, Any]] = []
     state: dict[str, Any] = {'last': None, 'open': None}
     reps: dict[tuple[str, int], int] = defaultdict(int)
@@ -168,7 +173,7 @@ def host_issue_calls(engine: Any, model_input: Any,
     def settle(module: Any, args: Any) -> None:
         call = state['open']
         call['stream'] += time.perf_counter() - call['start']   # the runtime's pre-hook
-        if sync_each_call:
+        if sync_every == 1:
             call['waited'] += wait()
 
     def forward_done(module: Any, args: Any, output: Any) -> None:
@@ -182,8 +187,9 @@ def host_issue_calls(engine: Any, model_input: Any,
             records.append({'sequence': seq, 'layer': idx, 'repetition': reps[(seq, idx)],
                             'issue_ms': 1000 * (now - call['start'] - call['waited']),
                             'stream_ms': 1000 * stream, 'gap_ms': call['gap']})
+            rep = reps[(seq, idx)]
             reps[(seq, idx)] += 1
-            if last or sync_each_call:
+            if last or (idx + rep) % sync_every == sync_every - 1:
                 wait()
             state['last'] = time.perf_counter()
         return hook
@@ -208,7 +214,7 @@ def host_issue_calls(engine: Any, model_input: Any,
 
 
 def add_host_terms(engine: Any, model_input: Any, profile: Profile, runs: int,
-                   sync_each_call: bool = False) -> Profile:
+                   sync_every: int = 8) -> Profile:
     """Return `profile` with steady host pre/postprocessing and per-call host issue times.
 
     Measured on `engine` re-attached pipelined with nothing resident (and no VRAM cap), which
@@ -223,5 +229,5 @@ def add_host_terms(engine: Any, model_input: Any, profile: Profile, runs: int,
             for r in (engine.infer(model_input) for _ in range(max(1, runs)))]
     LOG.info('host pre/postprocess %s ms (profiled run: %.0f ms)',
              [round(h) for h in host], profile.host_ms)
-    return with_host_terms(profile, host_issue_calls(engine, model_input, sync_each_call),
+    return with_host_terms(profile, host_issue_calls(engine, model_input, sync_every),
                            host_ms=statistics.median(host))
