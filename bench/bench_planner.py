@@ -39,7 +39,7 @@ import torch
 
 from alpamayo_offload.planning.closed_forms import interleaved_indices
 from alpamayo_offload.planning.collect import with_host_terms
-from alpamayo_offload.planning.errors import BudgetError
+from alpamayo_offload.planning.errors import BudgetError, ProfileFormatError
 from alpamayo_offload.planning.gpu_profile import add_host_terms, host_issue_calls, profile_engine
 from alpamayo_offload.planning.planner import PlannerOptions, interleaved_plan, plan, vram_needed
 from alpamayo_offload.planning.predictor import Placement, Workload, predict
@@ -47,6 +47,7 @@ from alpamayo_offload.planning.profile import Profile, load_profile, save_profil
 from alpamayo_offload.planning.units import format_bytes
 
 GIB = 2**30
+PARTS = {'budgets', 'sweep'}
 LOG = logging.getLogger('bench_planner')
 
 
@@ -140,6 +141,8 @@ def plot(path: Path, profile: Profile, workload: Workload, rows: list[dict[str, 
 def report(out: Path, profile: Profile, workload: Workload, rows: list[dict[str, Any]],
            skipped: list[dict[str, Any]], wall_s: float | None) -> bool:
     """Write bench_planner.{json,md,png} from the rows; True when the targets are met."""
+    if not rows:
+        raise SystemExit(f'no measured rows for {out} (not measured: {skipped}); nothing to report')
     checks = {
         'max_abs_error': max(abs(r['error']) for r in rows),
         'all_rows_within_1pct': all(abs(r['error']) <= 0.01 for r in rows),
@@ -183,6 +186,8 @@ def _alt_error(r: dict[str, Any]) -> str:
 
 def read_rows(out: Path) -> list[dict[str, Any]]:
     path = out / 'rows.jsonl'
+    if not path.is_file():
+        raise SystemExit(f'--report: {path} not found; point --out at the directory of a run')
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
@@ -206,14 +211,19 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO, format='%(levelname)s %(name)s: %(message)s')
     out = Path(args.out)
     parts = set(args.parts.split(','))
+    if not parts or not parts <= PARTS:
+        ap.error(f'--parts {args.parts!r}: give one or more of {sorted(PARTS)}, comma separated')
     if args.report:
-        profile, _ = load_profile(out / 'profile.json')
+        try:
+            profile, _ = load_profile(out / 'profile.json')
+        except ProfileFormatError as err:
+            raise SystemExit(f'--report: {err}') from err
         workload = Workload(profile.measured_passes('decode'), 10)
         rows = read_rows(out)
-        top = max((r['budget_bytes'] or 0) for r in rows) or None
-        skipped = [{'kind': 'sweep', 'reason': 'not measured'}] if 'sweep' in parts and not any(
-            r['kind'].startswith('sweep') for r in rows) else []
-        LOG.info('report of %d rows (largest budget %s)', len(rows), top and format_bytes(top))
+        kinds = {'budgets': ('planned', 'interleaved'), 'sweep': ('sweep',)}
+        skipped = [{'kind': part, 'reason': 'not measured'} for part in sorted(parts)
+                   if not any(r['kind'].startswith(kinds[part]) for r in rows)]
+        LOG.info('report of %d rows', len(rows))
         return 0 if report(out, profile, workload, rows, skipped, None) else 1
     out.mkdir(parents=True, exist_ok=True)
     from alpamayo_offload.engine import Engine, EngineConfig, EngineError
