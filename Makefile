@@ -18,7 +18,7 @@ demo: venv
 	$(PY) -m alpamayo_offload.ros.demo
 
 test: venv
-	$(PY) -m pytest -q
+	ALPAMAYO_TEST_NEEDS_ROS=1 $(PY) -m pytest -q
 
 lint: venv
 	$(PY) -m ruff check alpamayo_offload test bench launch

@@ -27,6 +27,7 @@ which detaches the runtime and attaches it again with a new plan without reloadi
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import statistics
@@ -90,12 +91,9 @@ def measure(engine: Any, model_input: Any, warmup: int, runs: int) -> dict[str, 
 
 
 def row(kind: str, budget: int | None, placement: Placement, profile: Profile,
-        workload: Workload, got: dict[str, float], synced: Profile | None = None) -> dict[str, Any]:
-    """One measured plan against the profile's prediction (and, from `synced`, the prediction
-    with host issue times timed the other way, device synchronised around each call)."""
+        workload: Workload, got: dict[str, float]) -> dict[str, Any]:
+    """One measured plan against the profile's prediction."""
     pred = predict(profile, placement, workload)
-    alt = {'predicted_synced_calls_s': predict(synced, placement, workload).total_s} if synced \
-        else {}
     err = (pred.total_s - got['measured_s']) / got['measured_s']
     device = pred.total_ms - pred.host_ms
     return {'kind': kind, 'budget': format_bytes(budget) if budget else '-',
@@ -104,7 +102,7 @@ def row(kind: str, budget: int | None, placement: Placement, profile: Profile,
             'embed_on_host': placement.embed_on_host, 'predicted_s': pred.total_s,
             'error': err, 'predicted_device_ms': device,
             'device_error': (device - got['measured_device_ms']) / got['measured_device_ms'],
-            'breakdown': pred.as_dict(), **alt, **got}
+            'breakdown': pred.as_dict(), **got}
 
 
 def plot(path: Path, profile: Profile, workload: Workload, rows: list[dict[str, Any]]) -> None:
@@ -138,9 +136,32 @@ def plot(path: Path, profile: Profile, workload: Workload, rows: list[dict[str, 
     fig.savefig(path, dpi=120)
 
 
+ALT_PROFILES = {'unsynced': 'profile_unsynced_calls.json', 'synced': 'profile_synced_calls.json'}
+
+
+def _device_error(profile: Profile, r: dict[str, Any], workload: Workload) -> float:
+    pred = predict(profile, Placement.of(r['resident'], r['embed_on_host']), workload)
+    device = pred.total_ms - pred.host_ms
+    return (device - r['measured_device_ms']) / r['measured_device_ms']
+
+
+def _no_host_terms(profile: Profile) -> Profile:
+    """The profile as the two-engine (copy, compute) replay sees it: no host issue times."""
+    return dataclasses.replace(profile, phases=tuple(
+        dataclasses.replace(p, host_layer_ms=(), host_lead_ms=0.0, host_stream_ms=0.0)
+        for p in profile.phases))
+
+
 def report(out: Path, profile: Profile, workload: Workload, rows: list[dict[str, Any]],
            skipped: list[dict[str, Any]], wall_s: float | None) -> bool:
-    """Write bench_planner.{json,md,png} from the rows; True when the targets are met."""
+    """Write bench_planner.{json,md,png} from the rows; True when the targets are met.
+
+    Two diagnostic columns split the device error: the same rows predicted with the host issue
+    times taken the other way (when --out holds that profile) and with no host terms at all.
+    """
+    alt = next(((way, load_profile(out / name)[0]) for way, name in ALT_PROFILES.items()
+                if (out / name).is_file()), None)
+    bare = _no_host_terms(profile)
     if not rows:
         raise SystemExit(f'no measured rows for {out} (not measured: {skipped}); nothing to report')
     checks = {
@@ -161,15 +182,17 @@ def report(out: Path, profile: Profile, workload: Workload, rows: list[dict[str,
                                                        indent=1) + '\n')
     plot(out / 'bench_planner.png', profile, workload, rows)
     lines = ['| kind | budget | resident vit/lm/expert | embed host | VRAM plan | peak | '
-             'predicted s | measured s | error | device error | error, synced-call host terms |',
-             '|' + '---|' * 11]
+             'predicted s | measured s | error | device error | device error, '
+             f"{alt[0] if alt else 'other'} host timing | device error, no host terms |",
+             '|' + '---|' * 12]
     for r in rows:
         counts = '/'.join(str(len(r['resident'][m])) for m in ('vit', 'lm', 'expert'))
         lines.append(f"| {r['kind']} | {r['budget']} | {counts} | {r['embed_on_host']} | "
                      f"{format_bytes(r['planned_vram_bytes'])} | {format_bytes(r['peak_bytes'])} | "
                      f"{r['predicted_s']:.3f} | {r['measured_s']:.3f} | "
                      f"{100 * r['error']:+.2f} % | {100 * r['device_error']:+.2f} % | "
-                     f"{_alt_error(r)} |")
+                     f"{_pct(_device_error(alt[1], r, workload)) if alt else '-'} | "
+                     f"{_pct(_device_error(bare, r, workload))} |")
     lines.append('')
     lines += [f'- {k}: {v}' for k, v in checks.items()]
     (out / 'bench_planner.md').write_text('\n'.join(lines) + '\n')
@@ -178,10 +201,8 @@ def report(out: Path, profile: Profile, workload: Workload, rows: list[dict[str,
             and not skipped)
 
 
-def _alt_error(r: dict[str, Any]) -> str:
-    if 'predicted_synced_calls_s' not in r:
-        return '-'
-    return f"{100 * (r['predicted_synced_calls_s'] - r['measured_s']) / r['measured_s']:+.2f} %"
+def _pct(x: float) -> str:
+    return f'{100 * x:+.2f} %'
 
 
 def read_rows(out: Path) -> list[dict[str, Any]]:
@@ -242,8 +263,8 @@ def main() -> int:
     save_profile(profile, out / 'profile_schema1_terms.json')
     profile = add_host_terms(engine, model_input, profile, args.runs)
     save_profile(profile, out / 'profile.json')
-    synced = with_host_terms(profile, host_issue_calls(engine, model_input, sync_every=1))
-    save_profile(synced, out / 'profile_synced_calls.json')
+    save_profile(with_host_terms(profile, host_issue_calls(engine, model_input, sync_every=8)),
+                 out / ALT_PROFILES['unsynced'])
     workload = Workload(profile.measured_passes('decode'), 10)
     options = PlannerOptions(workload=workload)
     budgets = [int(float(x) * GIB) for x in args.budgets.split(',')]
@@ -280,7 +301,7 @@ def main() -> int:
             LOG.error('%s %s failed: %s', kind, label['budget'], err)
             continue
         row_s.append(time.perf_counter() - t_row)
-        rows.append(row(kind, budget, placement, profile, workload, got, synced))
+        rows.append(row(kind, budget, placement, profile, workload, got))
         LOG.info('%s %s: predicted %.3f s measured %.3f s (%+.2f %%)', kind,
                  rows[-1]['budget'], rows[-1]['predicted_s'], rows[-1]['measured_s'],
                  100 * rows[-1]['error'])

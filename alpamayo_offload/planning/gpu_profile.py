@@ -133,19 +133,22 @@ def profile_engine(engine: Any, *, model: str, loaded_bytes: int, warmup: int,
         created_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'))
 
 
-def host_issue_calls(engine: Any, model_input: Any, sync_every: int = 8
+def host_issue_calls(engine: Any, model_input: Any, sync_every: int = 1
                      ) -> list[dict[str, Any]]:
     """One inference with the host timed around every layer call (`collect.with_host_terms`).
 
-    The engine streams every layer, so the device lags the host by the copies; the host issues
-    calls without waiting, as in a real run, and the device is synchronised (outside the timed
-    spans) after every `sync_every`-th call, after the last layer of each pass and where vision
-    starts. The periodic sync bounds how far the host runs ahead, so no call blocks on a full
-    launch queue; it moves by one layer per pass, so the call after a sync (the host restarts
-    cold) is a different layer each pass and drops out of the per-layer median. The gap before a
-    pass holds its host work and only short waits. `sync_every=1` also synchronises before each
-    forward (waits subtracted), the way the H200 profiles of 2026-11-29 were taken: it gave
-    50.5 ms per decode pass where a mostly resident plan ran passes in at most 34.8 ms.
+    The engine streams every layer, so the device lags the host by the copies. With
+    `sync_every=1` (the default) the device is synchronised before each forward and after it
+    (waits subtracted), so each call's host time is taken with nothing queued. With
+    `sync_every=N` the host issues calls without waiting, synchronised only (outside the timed
+    spans) after every N-th call (rotating by one layer per pass), after the last layer of each
+    pass and where vision starts. H200, 2026-11-30 (docs/benchmarks.md section 3): host time
+    per decode pass (layer calls + lead) 60.1 ms unsynced (N = 8) against 44.6 ms synced, where
+    a plan with 31 of 36 LM layers resident ran its passes in 36.3 ms and all-resident preloads
+    in 38.7-41.6 ms; the unsynced terms made the planner pick a plan slower than the paper's at
+    16 GiB. Both still over-state the host of a diffusion step (59.6 / 59.4 ms against 44.7 ms
+    all-resident), which the next profile run has to explain. The gap before a pass holds its
+    host work and only short waits.
 
     A prepended pre-hook starts a call's clock; the time until the hook after the runtime's
     pre-hook, plus the runtime's post-hook (after a prepended post-hook marks the forward's end),
@@ -214,7 +217,7 @@ def host_issue_calls(engine: Any, model_input: Any, sync_every: int = 8
 
 
 def add_host_terms(engine: Any, model_input: Any, profile: Profile, runs: int,
-                   sync_every: int = 8) -> Profile:
+                   sync_every: int = 1) -> Profile:
     """Return `profile` with steady host pre/postprocessing and per-call host issue times.
 
     Measured on `engine` re-attached pipelined with nothing resident (and no VRAM cap), which
