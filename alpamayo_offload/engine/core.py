@@ -4,6 +4,7 @@ Node, replay, profiler and CLI all run inference through `Engine.infer`.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import platform
 import time
@@ -12,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from PIL import Image
 
 from ..model import (
     AlpamayoR1,
@@ -237,9 +239,21 @@ class Engine:
         """
         return ImageSizing.of(self.model.cfg)
 
-    def example_input(self, height: int = 1080, width: int = 1920) -> _ExampleInput:
-        """Return a fixed input: 4 cameras x 4 frames of moving gradients, a gentle curve."""
-        return example_input(height, width)
+    def example_input(self, height: int = 1080, width: int = 1920,
+                      presized: bool = False) -> _ExampleInput:
+        """Return a fixed input: 4 cameras x 4 frames of moving gradients, a gentle curve.
+
+        `presized`: frames already resized to the model's size (`image_sizing`), as the node
+        delivers them; the model sees the same pixels, and `infer` skips the resize of 16 full
+        frames (0.35-0.63 s of CPU per inference on the H200 VM, 2026-11-30).
+        """
+        raw = example_input(height, width)
+        if not presized:
+            return raw
+        sizing = self.image_sizing
+        frames = [[np.asarray(sizing.resize(Image.fromarray(f))) for f in cam]
+                  for cam in raw.images]
+        return dataclasses.replace(raw, images=np.stack([np.stack(cam) for cam in frames]))
 
     # ---------------------------------------------------------------- reporting
     @property

@@ -79,7 +79,7 @@ def run_profile(*, model: str, device: str, decode_tokens: int, diffusion_steps:
                              warmup=warmup, settings={'decode_tokens': decode_tokens,
                                                       'diffusion_steps': diffusion_steps,
                                                       'seed': seed})
-    return add_host_terms(engine, engine.example_input(), profile, runs=3)
+    return add_host_terms(engine, engine.example_input(presized=True), profile, runs=3)
 
 
 def profile_engine(engine: Any, *, model: str, loaded_bytes: int, warmup: int,
@@ -91,7 +91,7 @@ def profile_engine(engine: Any, *, model: str, loaded_bytes: int, warmup: int,
     """
     import torch
 
-    model_input = engine.example_input()
+    model_input = engine.example_input(presized=True)   # as the node delivers frames
     for _ in range(warmup):
         engine.infer(model_input)
     engine.runtime_stats(reset=True)

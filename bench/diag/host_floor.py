@@ -80,7 +80,7 @@ def main() -> None:
     torch.cuda.synchronize()
     profile = profile_engine(engine, model='full', loaded_bytes=torch.cuda.memory_allocated(),
                              warmup=1, settings={'decode_tokens': 21, 'diffusion_steps': 10})
-    model_input = engine.example_input()
+    model_input = engine.example_input(presized=True)
     synced = add_host_terms(engine, model_input, profile, args.runs, sync_every=1)
     unsynced = with_host_terms(synced, host_issue_calls(engine, model_input, sync_every=8))
     save_profile(synced, args.out / 'profile_synced_calls.json')

@@ -173,3 +173,19 @@ def test_cuda_embedding_on_host_matches_preload_bit_for_bit() -> None:
         engine.close()
     assert got.coc_token_ids == ref.coc_token_ids
     assert np.array_equal(got.samples_xyz, ref.samples_xyz)
+
+
+def test_presized_example_gives_the_same_trajectory() -> None:
+    """Frames resized ahead (as the node does) give the model the same pixels: same answer."""
+    engine = Engine.from_config(EngineConfig(mode='preload', **SMALL))
+    try:
+        raw = engine.example_input(216, 384)
+        presized = engine.example_input(216, 384, presized=True)
+        want, got = engine.infer(raw), engine.infer(presized)
+    finally:
+        engine.close()
+    h, w = engine.image_sizing.size_hw(216, 384)
+    assert presized.images.shape == (4, 4, h, w, 3) and (h, w) != (216, 384)
+    assert np.array_equal(got.samples_xyz, want.samples_xyz)
+    assert np.array_equal(got.samples_rot, want.samples_rot)
+    assert got.coc_token_ids == want.coc_token_ids
