@@ -235,7 +235,8 @@ def main() -> int:
                     help='no GPU: write the report from --out/profile.json and rows.jsonl of an '
                          'earlier (possibly interrupted) run')
     args = ap.parse_args()
-    logging.basicConfig(level=logging.INFO, format='%(levelname)s %(name)s: %(message)s')
+    logging.basicConfig(level=logging.INFO,
+                        format='%(asctime)s %(levelname)s %(name)s: %(message)s')
     out = Path(args.out)
     parts = set(args.parts.split(','))
     if not parts or not parts <= PARTS:
