@@ -61,7 +61,11 @@ def embed_host_ms(torch: Any, rows: int, hidden: int, repeats: int = 5) -> float
 
 def run_profile(*, model: str, device: str, decode_tokens: int, diffusion_steps: int,
                 warmup: int, seed: int) -> Profile:
-    """Build the engine in sequential mode with nothing resident and profile one inference."""
+    """Build the engine in sequential mode with nothing resident and profile one inference.
+
+    The input is the fixed example with its frames already at the model's size, as the node
+    delivers them, so the profile's host pre/postprocessing is the node's, not a 1080p resize.
+    """
     import torch
 
     if not device.startswith('cuda') or not torch.cuda.is_available():
