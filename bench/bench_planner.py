@@ -186,8 +186,9 @@ def report(out: Path, profile: Profile, workload: Workload, rows: list[dict[str,
     plot(out / 'bench_planner.png', profile, workload, rows)
     lines = ['| kind | budget | resident vit/lm/expert | embed host | VRAM plan | peak | '
              'predicted s | measured s | error | device error | device error, '
-             f"{alt[0] if alt else 'other'} host timing | device error, no host terms |",
-             '|' + '---|' * 12]
+             f"{alt[0] if alt else 'other'} host timing | device error, no host terms | "
+             'decode GB/s |',
+             '|' + '---|' * 13]
     for r in rows:
         counts = '/'.join(str(len(r['resident'][m])) for m in ('vit', 'lm', 'expert'))
         lines.append(f"| {r['kind']} | {r['budget']} | {counts} | {r['embed_on_host']} | "
@@ -195,13 +196,21 @@ def report(out: Path, profile: Profile, workload: Workload, rows: list[dict[str,
                      f"{r['predicted_s']:.3f} | {r['measured_s']:.3f} | "
                      f"{100 * r['error']:+.2f} % | {100 * r['device_error']:+.2f} % | "
                      f"{_pct(_device_error(alt[1], r, workload)) if alt else '-'} | "
-                     f"{_pct(_device_error(bare, r, workload))} |")
+                     f"{_pct(_device_error(bare, r, workload))} | {_decode_gbps(r)} |")
     lines.append('')
     lines += [f'- {k}: {v}' for k, v in checks.items()]
     (out / 'bench_planner.md').write_text('\n'.join(lines) + '\n')
     sys.stdout.write('\n'.join(lines) + '\n')
     return (checks['all_rows_within_1pct'] and checks['planned_not_slower_than_interleaved']
             and not skipped)
+
+
+def _decode_gbps(r: dict[str, Any]) -> str:
+    """Bytes the plan streams in decode over the measured decode time: the copy rate the run
+    sustained where decode is copy-bound (the profile assumes its pinned peak). The first decode
+    copy is prefetched during prefill, so a copy-bound row can come out a little above it."""
+    decode = next(p for p in r['breakdown']['phases'] if p['name'] == 'decode')
+    return f"{decode['bytes_streamed'] / r['measured_ms']['decode'] / 1e6:.2f}"
 
 
 def _pct(x: float) -> str:
