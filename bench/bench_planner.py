@@ -30,7 +30,6 @@ which detaches the runtime and attaches it again with a new plan without reloadi
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import logging
 import statistics
@@ -148,13 +147,6 @@ def _device_error(profile: Profile, r: dict[str, Any], workload: Workload) -> fl
     return (device - r['measured_device_ms']) / r['measured_device_ms']
 
 
-def _no_host_terms(profile: Profile) -> Profile:
-    """The profile as the two-engine (copy, compute) replay sees it: no host issue times."""
-    return dataclasses.replace(profile, phases=tuple(
-        dataclasses.replace(p, host_layer_ms=(), host_lead_ms=0.0, host_stream_ms=0.0)
-        for p in profile.phases))
-
-
 def report(out: Path, profile: Profile, workload: Workload, rows: list[dict[str, Any]],
            skipped: list[dict[str, Any]], wall_s: float | None) -> bool:
     """Write bench_planner.{json,md,png} from the rows; True when the targets are met.
@@ -164,7 +156,7 @@ def report(out: Path, profile: Profile, workload: Workload, rows: list[dict[str,
     """
     alt = next(((way, load_profile(out / name)[0]) for way, name in ALT_PROFILES.items()
                 if (out / name).is_file()), None)
-    bare = _no_host_terms(profile)
+    bare = profile.without_host_terms()
     if not rows:
         raise SystemExit(f'no measured rows for {out} (not measured: {skipped}); nothing to report')
     checks = {

@@ -6,6 +6,7 @@ was measured with; `check_profile` refuses one measured for another GPU or model
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -206,6 +207,16 @@ class Profile:
     def host_issue_measured(self) -> bool:
         """Whether the host issue terms were measured (schema 2 with a host-timing run)."""
         return any(p.host_layer_ms for p in self.phases)
+
+    def without_host_terms(self) -> Profile:
+        """Return the profile without host issue times.
+
+        The replay then is the two-engine (copy, compute) one alone, whose error a benchmark can
+        so tell apart from the host model's.
+        """
+        return dataclasses.replace(self, phases=tuple(
+            dataclasses.replace(p, host_layer_ms=(), host_lead_ms=0.0, host_stream_ms=0.0)
+            for p in self.phases))
 
     def measured_passes(self, repeats: str) -> int:
         """Count the passes the profiling run made of the phases whose count `repeats` sets."""

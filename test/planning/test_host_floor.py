@@ -120,3 +120,13 @@ def test_schema_2_loads_with_the_streaming_hooks_inside_the_issue_time(
         loaded, _ = load_profile(tmp_path / 'v2.json')
     assert 'streaming hooks' in caplog.text
     assert loaded == _profile(host_layer=1.0)
+
+
+def test_without_host_terms_drops_only_the_host_terms() -> None:
+    hosted = _profile(host_layer=3.0, lead=2.0, waits=True, stream=0.5)
+    bare = hosted.without_host_terms()
+    assert not bare.host_issue_measured and bare.phases[0].host_waits
+    assert bare.phases[0].exe_ms == hosted.phases[0].exe_ms and bare.sequences == hosted.sequences
+    everything = Placement.of({'lm': range(N)})
+    assert predict(bare, everything, Workload(3, 0)).total_ms == pytest.approx(
+        predict(_profile(waits=True), everything, Workload(3, 0)).total_ms)
