@@ -27,12 +27,14 @@ from ..model import (
     run_inference,
 )
 from ..runtime import (
+    LayerFootprint,
     LayerSequence,
     Mode,
     OffloadError,
     OffloadRuntime,
     ResidencyPlan,
     RuntimeStats,
+    layer_footprint,
 )
 from .config import (
     EMBED_MODULE,
@@ -219,6 +221,11 @@ class Engine:
             out['dma_ms'] = sum(c.dma_ms for c in mine)
             out['stall_ms'] = sum(c.stall_ms for c in mine)
         return out
+
+    def layer_footprints(self) -> dict[str, list[LayerFootprint]]:
+        """Each layer's device bytes resident and streamed, as the runtime's budget check counts."""
+        return {name: [layer_footprint(m) for m in layers]
+                for name, layers in self.model.layer_sequences().items()}
 
     def runtime_stats(self, reset: bool = False) -> RuntimeStats:
         """Return the runtime's per-layer statistics since attach or the last reset."""

@@ -6,7 +6,8 @@ sequence repetitions to phases is Alpamayo's: the ViT runs once (vision), the la
 once for prefill and then once per decode pass, the expert once per diffusion step.
 
 `with_host_terms` adds what a second, host-timed run measured: the CPU time to issue each layer
-call and the CPU time of each pass outside its layers (schema 2).
+call and the CPU time of each pass outside its layers (schema 2). `with_footprints` adds each
+layer's device bytes as the runtime's budget check counts them (schema 4).
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import hashlib
 import logging
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -172,3 +173,24 @@ def with_host_terms(profile: Profile, host_calls: Iterable[Any], *,
                                           host_stream_ms=stream))
     return dataclasses.replace(profile, phases=tuple(phases),
                                host_ms=profile.host_ms if host_ms is None else host_ms)
+
+
+def with_footprints(profile: Profile,
+                    footprints: Mapping[str, Sequence[tuple[int, int]]]) -> Profile:
+    """Return `profile` with each layer's (resident bytes, slot bytes) from the runtime.
+
+    The planner then counts VRAM exactly as the engine's budget check will, so a plan packed to
+    the byte is never refused by it.
+    """
+    sequences = []
+    for seq in profile.sequences:
+        sizes = footprints.get(seq.name)
+        if sizes is None:
+            raise ProfileFormatError(f'no device footprints for sequence {seq.name!r} '
+                                     f'(have {sorted(footprints)})')
+        if len(sizes) != seq.n_layers:
+            raise ProfileFormatError(f'sequence {seq.name!r}: {len(sizes)} footprints for '
+                                     f'{seq.n_layers} profiled layers')
+        sequences.append(dataclasses.replace(seq, resident_bytes=tuple(r for r, _ in sizes),
+                                             slot_bytes=tuple(s for _, s in sizes)))
+    return dataclasses.replace(profile, sequences=tuple(sequences))

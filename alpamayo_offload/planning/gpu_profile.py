@@ -2,8 +2,8 @@
 
 Written against the engine contract in docs/design.md plus additions it needs:
 `EngineConfig(instrument=True)`, `engine.example_input()`, `engine.runtime_stats(reset=False)`
-(the runtime's `RuntimeStats`) and `engine.info` keys `embed_bytes`, `hidden_size`,
-`prompt_tokens`, `driver`.
+(the runtime's `RuntimeStats`), `engine.layer_footprints()` and `engine.info` keys
+`embed_bytes`, `hidden_size`, `prompt_tokens`, `driver`.
 Torch and the engine are imported on call, never at import time.
 """
 from __future__ import annotations
@@ -15,7 +15,12 @@ import time
 from collections import defaultdict
 from typing import Any
 
-from alpamayo_offload.planning.collect import build_profile, model_identity, with_host_terms
+from alpamayo_offload.planning.collect import (
+    build_profile,
+    model_identity,
+    with_footprints,
+    with_host_terms,
+)
 from alpamayo_offload.planning.errors import PlanningError
 from alpamayo_offload.planning.profile import MachineInfo, Profile, VramProfile
 
@@ -116,7 +121,7 @@ def profile_engine(engine: Any, *, model: str, loaded_bytes: int, warmup: int,
     hidden = int(info.get('hidden_size', 4096))
     prompt = int(info.get('prompt_tokens', 3000))
     timings = result.timings
-    return build_profile(
+    profile = build_profile(
         calls, {p: 1000.0 * float(timings[p]) for p in _PHASES if p in timings},
         model_identity=model_identity(model),
         machine=MachineInfo(gpu_name=torch.cuda.get_device_name(),
@@ -135,6 +140,8 @@ def profile_engine(engine: Any, *, model: str, loaded_bytes: int, warmup: int,
                   'measured_working_set_bytes': max(0, peak - loaded_bytes),
                   'prompt_tokens': prompt, 'mode': 'sequential'},
         created_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'))
+    return with_footprints(profile, {name: [(f.resident_bytes, f.slot_bytes) for f in sizes]
+                                     for name, sizes in engine.layer_footprints().items()})
 
 
 def host_issue_calls(engine: Any, model_input: Any, sync_every: int = 1

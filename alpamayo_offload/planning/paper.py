@@ -26,8 +26,11 @@ TABLE_VIII = {0: (10.482, 10.482), 5: (9.335, 9.360), 10: (8.187, 8.219), 15: (7
 
 
 def _sequence(name: str, spec: dict[str, float]) -> SequenceProfile:
+    """Build one Table III sequence; the paper counts a layer's VRAM as its size, anywhere."""
     n = int(spec['layers'])
-    return SequenceProfile(name, (int(spec['mib'] * MIB),) * n, (spec['dma'],) * n)
+    sizes = (int(spec['mib'] * MIB),) * n
+    return SequenceProfile(name, sizes, (spec['dma'],) * n, resident_bytes=sizes,
+                           slot_bytes=sizes)
 
 
 def _phase(name: str, sequence: str, repeats: str, n: int, exe_ms: float,

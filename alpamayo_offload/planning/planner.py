@@ -85,11 +85,11 @@ def vram_needed(profile: Profile, placement: Placement) -> VramBreakdown:
     for name in _streamed_sequences(profile):
         seq = profile.sequence(name)
         chosen = placement.resident.get(name, frozenset())
-        for i, nbytes in enumerate(seq.layer_bytes):
+        for i in range(seq.n_layers):
             if i in chosen:
-                resident += nbytes
+                resident += seq.resident_footprint(i)
             else:
-                largest_streamed = max(largest_streamed, nbytes)
+                largest_streamed = max(largest_streamed, seq.slot_footprint(i))
     v = profile.vram
     return VramBreakdown(v.fixed_bytes, 0 if placement.embed_on_host else v.embed_bytes,
                          v.working_set_bytes, 2 * largest_streamed, resident)

@@ -22,11 +22,15 @@ from alpamayo_offload.planning.errors import ProfileFormatError, StaleProfileErr
 LOG = logging.getLogger(__name__)
 
 SCHEMA = 'alpamayo_offload.profile'
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 # Version 1 lacks the host issue terms of each phase; it still loads, with the host floor off.
 # Version 2 has them, but the runtime's streaming hooks are not split off (host_stream_ms = 0):
 # it loads, with a resident layer charged the host time of a streamed one.
-READABLE_VERSIONS = (1, 2, 3)
+# Versions 1-3 lack each layer's device footprint; they load with a bound instead (below).
+READABLE_VERSIONS = (1, 2, 3, 4)
+# Device bytes a layer may take beyond its parameter bytes when the profile predates footprints:
+# allocator rounding (< 512 B a tensor) and slot alignment, for up to 32 tensors a layer.
+LEGACY_FOOTPRINT_MARGIN = 16 * 1024
 # How the pass count of a phase is set at prediction time: once per inference, once per decode
 # pass (the paper's N), once per diffusion step.
 REPEATS = ('once', 'decode', 'diffusion')
@@ -45,6 +49,9 @@ class SequenceProfile:
     name: str
     layer_bytes: tuple[int, ...]
     dma_ms: tuple[float, ...]       # one pinned H2D copy of the whole layer, measured alone
+    # The runtime's VRAM accounting of each layer (schema 4; empty: bounded from layer_bytes).
+    resident_bytes: tuple[int, ...] = ()
+    slot_bytes: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -53,14 +60,32 @@ class SequenceProfile:
             raise ValueError(f'SequenceProfile {self.name!r}: layer_bytes '
                              f'({len(self.layer_bytes)}) and dma_ms ({len(self.dma_ms)}) must be '
                              f'equally long and non-empty')
-        if any(b <= 0 for b in self.layer_bytes):
-            raise ValueError(f'SequenceProfile {self.name!r}.layer_bytes has a value <= 0')
+        for name in ('layer_bytes', 'resident_bytes', 'slot_bytes'):
+            if any(b <= 0 for b in getattr(self, name)):
+                raise ValueError(f'SequenceProfile {self.name!r}.{name} has a value <= 0')
+        for name in ('resident_bytes', 'slot_bytes'):
+            given = len(getattr(self, name))
+            if given and given != self.n_layers:
+                raise ValueError(f'SequenceProfile {self.name!r}.{name} has {given} entries for '
+                                 f'{self.n_layers} layers')
         _check_nonneg(f'SequenceProfile {self.name!r}', 'dma_ms', self.dma_ms)
 
     @property
     def n_layers(self) -> int:
         """Number of layers in the sequence."""
         return len(self.layer_bytes)
+
+    def resident_footprint(self, index: int) -> int:
+        """Device bytes layer `index` takes resident, as the runtime's budget check counts them."""
+        if self.resident_bytes:
+            return self.resident_bytes[index]
+        return self.layer_bytes[index] + LEGACY_FOOTPRINT_MARGIN
+
+    def slot_footprint(self, index: int) -> int:
+        """Device bytes of one slot that can hold layer `index`."""
+        if self.slot_bytes:
+            return self.slot_bytes[index]
+        return self.layer_bytes[index] + LEGACY_FOOTPRINT_MARGIN
 
 
 @dataclass(frozen=True)
@@ -243,17 +268,26 @@ class Profile:
             LOG.warning('profile schema version 1 has no host issue times: predictions ignore '
                         'the host floor and under-estimate host-bound plans (e.g. almost all '
                         'layers resident); re-run `alpamayo-offload profile`')
-        elif version < SCHEMA_VERSION:
-            LOG.warning('profile schema version %s does not split the streaming hooks off the '
+        elif version == 2:
+            LOG.warning('profile schema version 2 does not split the streaming hooks off the '
                         'host issue times: predictions over-estimate host-bound plans with many '
-                        'resident layers; re-run `alpamayo-offload profile`', version)
+                        'resident layers; re-run `alpamayo-offload profile`')
+        if version < 4:
+            LOG.warning('profile schema version %s has no per-layer device footprints: plans '
+                        'count %d KiB a layer beyond its parameter bytes to stay within the '
+                        'budget; re-run `alpamayo-offload profile` for exact accounting', version,
+                        LEGACY_FOOTPRINT_MARGIN // 1024)
         try:
             return cls(
                 model_identity=str(data['model_identity']),
                 machine=MachineInfo(**data['machine']),
                 sequences=tuple(SequenceProfile(name=s['name'],
                                                 layer_bytes=tuple(int(b) for b in s['layer_bytes']),
-                                                dma_ms=tuple(float(x) for x in s['dma_ms']))
+                                                dma_ms=tuple(float(x) for x in s['dma_ms']),
+                                                resident_bytes=tuple(
+                                                    int(b) for b in s.get('resident_bytes', ())),
+                                                slot_bytes=tuple(
+                                                    int(b) for b in s.get('slot_bytes', ())))
                                 for s in data['sequences']),
                 phases=tuple(PhaseProfile(name=p['name'], sequence=p['sequence'],
                                           repeats=p['repeats'],

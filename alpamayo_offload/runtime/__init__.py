@@ -5,7 +5,7 @@ Public interface (see docs/design.md): :class:`OffloadRuntime`, :class:`LayerSeq
 """
 from __future__ import annotations
 
-from .accounting import VramPlan
+from .accounting import LayerFootprint, VramPlan, layer_footprint
 from .config import LayerSequence, Mode, ResidencyPlan
 from .errors import (
     BudgetError,
@@ -24,6 +24,7 @@ from .timing import LayerCallStats, RuntimeStats, SequenceTotals
 __all__ = [
     'BudgetError',
     'HostMemoryError',
+    'LayerFootprint',
     'LayerCallStats',
     'LayerError',
     'LayerSequence',
@@ -40,4 +41,5 @@ __all__ = [
     'TensorSource',
     'TensorSpec',
     'VramPlan',
+    'layer_footprint',
 ]

@@ -3,7 +3,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from torch import nn
+
+from .binding import collect_tensors
 from .errors import BudgetError
+from .layout import pack
+from .streamer import slot_allocation_bytes
 
 GIB = float(2**30)
 
@@ -72,3 +77,24 @@ class VramPlan:
 def device_bytes(nbytes: int) -> int:
     """Bytes a tensor of ``nbytes`` takes from the CUDA caching allocator."""
     return max(ALLOCATOR_ROUND, -(-nbytes // ALLOCATOR_ROUND) * ALLOCATOR_ROUND)
+
+
+@dataclass(frozen=True)
+class LayerFootprint:
+    """Device bytes one layer takes, as :class:`VramPlan` counts them.
+
+    Planners outside the runtime (a profile of the model) use these, not the parameter bytes:
+    per-tensor allocator rounding and slot alignment add a few hundred bytes a layer, enough to
+    make a plan packed to the byte exceed its budget (H200, 2026-11-30: 21 KB over 16 GiB).
+    """
+
+    resident_bytes: int     # resident: one allocator block per tensor
+    slot_bytes: int         # streamed: a slot sized for this layer
+
+
+def layer_footprint(layer: nn.Module) -> LayerFootprint:
+    """Return the device bytes ``layer`` takes resident and the slot it needs streamed."""
+    tensors = collect_tensors(layer)
+    packed = pack((t.name, t.spec) for t in tensors).nbytes
+    return LayerFootprint(resident_bytes=sum(device_bytes(t.spec.nbytes) for t in tensors),
+                          slot_bytes=device_bytes(slot_allocation_bytes(packed)) if packed else 0)

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
-from .accounting import VramPlan, device_bytes
+from .accounting import VramPlan, layer_footprint
 from .binding import LayerTensor, ResidentLayer, StreamedLayer, collect_tensors
 from .config import LayerSequence, Mode, ResidencyPlan
 from .errors import LayerError, PlanError, StateError
@@ -25,7 +25,7 @@ from .host import HostArena
 from .layout import pack
 from .schedule import RepetitionCounter, StreamOrder, next_streamed
 from .source import TensorSource
-from .streamer import SlotStreamer, slot_allocation_bytes, synchronize
+from .streamer import SlotStreamer, synchronize
 from .timing import CallLog, CallMarks, Clock, RuntimeStats, totals
 
 logger = logging.getLogger(__name__)
@@ -87,16 +87,15 @@ class OffloadRuntime:
         self.plan = plan
         self._infos = self._validate(plan)
         streamed = [i for i in self._infos if not i.resident]
-        slot_bytes = max((pack((t.name, t.spec) for t in collect_tensors(i.module)).nbytes
-                          for i in streamed), default=0)
-        self._slot_bytes = slot_bytes
+        self._slot_bytes = max((pack((t.name, t.spec) for t in collect_tensors(i.module)).nbytes
+                                for i in streamed), default=0)
         self.streamed_param_bytes = sum(t.spec.nbytes for i in streamed
                                         for t in collect_tensors(i.module))
         self.vram_plan = VramPlan(
-            resident_bytes=sum(device_bytes(t.spec.nbytes) for i in self._infos if i.resident
-                               for t in collect_tensors(i.module)),
+            resident_bytes=sum(layer_footprint(i.module).resident_bytes
+                               for i in self._infos if i.resident),
             resident_layers=sum(1 for i in self._infos if i.resident),
-            slot_bytes=device_bytes(slot_allocation_bytes(slot_bytes)) if slot_bytes else 0,
+            slot_bytes=max((layer_footprint(i.module).slot_bytes for i in streamed), default=0),
             n_slots=_SLOTS_PER_MODE[self.mode] if streamed else 0,
             fixed_bytes=fixed_bytes,
             working_set_bytes=working_set_bytes,

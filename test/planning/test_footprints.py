@@ -1,0 +1,94 @@
+"""The planner counts VRAM exactly as the runtime's budget check does (tiny engine, CPU).
+
+H200, 2026-11-30 (docs/results/2026-11-30-h200/run5/peers): a 16 GiB plan made from a profile
+that knew only parameter bytes was refused by the engine, 21,232 B over, because the runtime
+rounds every resident tensor to the allocator's 512 B and aligns slots.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from torch import nn
+
+from alpamayo_offload.engine import Engine, EngineConfig
+from alpamayo_offload.planning import PlannerOptions, plan
+from alpamayo_offload.planning.collect import build_profile, with_footprints
+from alpamayo_offload.planning.errors import ProfileFormatError
+from alpamayo_offload.planning.planner import vram_needed
+from alpamayo_offload.planning.predictor import Placement, Workload
+from alpamayo_offload.planning.profile import MachineInfo, Profile, VramProfile
+from alpamayo_offload.runtime import LayerSequence, OffloadRuntime, ResidencyPlan, layer_footprint
+
+DECODE, STEPS = 3, 2
+REPS = {'vit': 1, 'lm': 1 + DECODE, 'expert': STEPS}
+
+
+@pytest.fixture(scope='module')
+def engine() -> Engine:
+    return Engine.from_config(EngineConfig(model='tiny', mode='sequential', device='cpu',
+                                           fixed_decode_tokens=DECODE, diffusion_steps=STEPS))
+
+
+def _profile(engine: Engine) -> Profile:
+    """A profile of the tiny engine: made-up times, the engine's own byte counts."""
+    info = engine.info
+    calls = [{'sequence': seq, 'layer': i, 'repetition': r, 'dma_ms': 1.0, 'exe_ms': 1.0,
+              'bytes': sum(p.numel() * p.element_size() for p in layer.parameters())}
+             for seq, layers in engine.model.layer_sequences().items()
+             for r in range(REPS[seq]) for i, layer in enumerate(layers)]
+    profile = build_profile(calls, {}, model_identity='preset:tiny', machine=MachineInfo('cpu'),
+                            vram=VramProfile(info['fixed_bytes'], info['embed_bytes'],
+                                             info['working_set_bytes']))
+    return with_footprints(profile, {
+        name: [(f.resident_bytes, f.slot_bytes) for f in sizes]
+        for name, sizes in engine.layer_footprints().items()})
+
+
+@pytest.mark.parametrize('embed_on_host', [False, True])
+def test_a_plan_packed_to_the_byte_is_accepted_and_counted_alike(engine: Engine,
+                                                                 embed_on_host: bool) -> None:
+    profile = _profile(engine)
+    wanted = Placement.of({'vit': (0, 2), 'lm': (1,), 'expert': (0, 1)},
+                          embed_on_host=embed_on_host)
+    budget = vram_needed(profile, wanted).total
+    got = plan(profile, budget, PlannerOptions(workload=Workload(DECODE, STEPS)))
+    assert vram_needed(profile, got.placement).total <= budget
+    engine.replan(resident={s: got.placement.indices(s) for s in ('vit', 'lm', 'expert')},
+                  mode='pipelined', budget_bytes=budget,
+                  embed_on_host=got.placement.embed_on_host)
+    assert engine.info['required_bytes'] == got.vram.total
+    engine.replan(resident={s: wanted.indices(s) for s in ('vit', 'lm', 'expert')},
+                  mode='pipelined', budget_bytes=budget, embed_on_host=embed_on_host)
+    assert engine.info['required_bytes'] == budget
+
+
+def test_a_profile_without_footprints_over_counts(engine: Engine) -> None:
+    """Older profiles (schema <= 3) get a bound, so their plans still fit."""
+    exact = _profile(engine)
+    legacy = dataclasses.replace(exact, sequences=tuple(
+        dataclasses.replace(s, resident_bytes=(), slot_bytes=()) for s in exact.sequences))
+    placement = Placement.of({'lm': (0, 2), 'expert': (1,)})
+    assert vram_needed(legacy, placement).total > vram_needed(exact, placement).total
+
+
+def test_footprints_must_cover_every_profiled_layer(engine: Engine) -> None:
+    profile = _profile(engine)
+    with pytest.raises(ProfileFormatError, match="'lm': 1 footprints"):
+        with_footprints(profile, {'vit': [(1, 1)] * 4, 'lm': [(1, 1)], 'expert': [(1, 1)] * 3})
+    with pytest.raises(ProfileFormatError, match="no device footprints for sequence 'vit'"):
+        with_footprints(profile, {})
+
+
+def test_runtime_accounting_is_the_sum_of_footprints() -> None:
+    """Odd tensor sizes: the runtime's terms are exactly the footprints of its layers."""
+    layers = [nn.Sequential(nn.Linear(5, 3), nn.LayerNorm(3)) for _ in range(3)]
+    layers.append(nn.Linear(7, 11))
+    runtime = OffloadRuntime([LayerSequence('s', layers)], ResidencyPlan({'s': (0, 3)}),
+                             mode='pipelined', device=torch.device('cpu'))
+    sizes = [layer_footprint(m) for m in layers]
+    assert runtime.vram_plan.resident_bytes == sizes[0].resident_bytes + sizes[3].resident_bytes
+    assert runtime.vram_plan.slot_bytes == max(sizes[1].slot_bytes, sizes[2].slot_bytes)
+    params = sum(p.numel() * p.element_size() for p in layers[0].parameters())
+    assert sizes[0].resident_bytes == 4 * 512 > params       # four tensors, each one block
