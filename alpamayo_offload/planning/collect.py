@@ -129,22 +129,14 @@ def _warn_outliers(phase: str, exe: tuple[tuple[float, ...], ...]) -> None:
                             'the predictor uses the median', phase, rep, i, value, typical)
 
 
-def with_host_terms(profile: Profile, host_calls: Iterable[Any], *,
-                    host_ms: float | None = None) -> Profile:
-    """Return `profile` with the host issue terms of a host-timed run (and a steady host_ms).
-
-    Each record has `sequence`, `layer`, `repetition` (as in the runtime's calls), `issue_ms`
-    (CPU time from the layer's first hook to its last, device waits excluded), `gap_ms` (CPU
-    time since the previous layer call ended, device waits excluded; for the first call of an
-    inference, since the vision pass began) and optionally `stream_ms` (the part of `issue_ms`
-    spent in the runtime's streaming hooks; the run streams every layer). Per phase: the median
-    over passes of each layer's issue time without its streaming part, the median of the
-    streaming part over all its calls, and the median over passes of the pass's summed gaps
-    (its non-layer host work).
-    """
+def _host_table(host_calls: Iterable[Any], resident_only: bool = False
+                ) -> dict[str, list[dict[int, tuple[float, float, float]]]]:
+    """Per phase, per pass: layer -> (issue ms without the streaming part, gap ms, stream ms)."""
     table: dict[str, dict[int, dict[int, tuple[float, float, float]]]] = defaultdict(
         lambda: defaultdict(dict))
     for rec in host_calls:
+        if resident_only and not (_has(rec, 'resident') and _field(rec, 'resident')):
+            continue
         stream = float(_field(rec, 'stream_ms')) if _has(rec, 'stream_ms') else 0.0
         table[str(_field(rec, 'sequence'))][int(_field(rec, 'repetition'))][
             int(_field(rec, 'layer'))] = (float(_field(rec, 'issue_ms')) - stream,
@@ -155,6 +147,42 @@ def with_host_terms(profile: Profile, host_calls: Iterable[Any], *,
         for phase, _repeats, count in PHASES_OF_SEQUENCE.get(name, ()):
             taken, order = (order[:count], order[count:]) if count else (order, [])
             by_phase[phase] = taken
+    return by_phase
+
+
+def _resident_issue(streamed: tuple[float, ...],
+                    passes: list[dict[int, tuple[float, float, float]]]) -> tuple[float, ...]:
+    """Return each layer's issue time as a resident call.
+
+    Measured where the layer was resident, else its streamed time scaled by the phase's median
+    resident/streamed ratio (the layers of one sequence have one shape).
+    """
+    measured = {i: statistics.median(calls[i][0] for calls in passes if i in calls)
+                for i in sorted({i for calls in passes for i in calls})}
+    ratio = statistics.median(measured[i] / streamed[i] for i in measured if streamed[i] > 0)
+    return tuple(measured.get(i, streamed[i] * ratio) for i in range(len(streamed)))
+
+
+def with_host_terms(profile: Profile, host_calls: Iterable[Any], *,
+                    host_ms: float | None = None, resident_calls: Iterable[Any] = ()) -> Profile:
+    """Return `profile` with the host issue terms of a host-timed run (and a steady host_ms).
+
+    Each record has `sequence`, `layer`, `repetition` (as in the runtime's calls), `issue_ms`
+    (CPU time from the layer's first hook to its last, device waits excluded), `gap_ms` (CPU
+    time since the previous layer call ended, device waits excluded; for the first call of an
+    inference, since the vision pass began) and optionally `stream_ms` (the part of `issue_ms`
+    spent in the runtime's streaming hooks; the run streams every layer). Per phase: the median
+    over passes of each layer's issue time without its streaming part, the median of the
+    streaming part over all its calls, and the median over passes of the pass's summed gaps
+    (its non-layer host work).
+
+    `resident_calls`, from a run with some layers resident (records with `resident` true),
+    replace the issue times: a call of a resident layer costs the host less than the same call
+    streamed, beyond the hooks (H200, 2026-11-30: 46.6 against 62.4 ms a decode pass; see
+    docs/benchmarks.md section 3, run 5), and the issue time only binds near-resident plans.
+    """
+    by_phase = _host_table(host_calls)
+    resident_by_phase = _host_table(resident_calls, resident_only=True)
     phases = []
     for phase in profile.phases:
         passes = by_phase.get(phase.name)
@@ -169,6 +197,8 @@ def with_host_terms(profile: Profile, host_calls: Iterable[Any], *,
         issue = tuple(statistics.median(calls[i][0] for calls in passes) for i in range(n))
         lead = statistics.median(sum(c[1] for c in calls.values()) for calls in passes)
         stream = statistics.median(c[2] for calls in passes for c in calls.values())
+        if any(resident_by_phase.get(phase.name, ())):
+            issue = _resident_issue(issue, resident_by_phase[phase.name])
         phases.append(dataclasses.replace(phase, host_layer_ms=issue, host_lead_ms=lead,
                                           host_stream_ms=stream))
     return dataclasses.replace(profile, phases=tuple(phases),

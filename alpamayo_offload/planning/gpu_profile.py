@@ -8,6 +8,7 @@ Torch and the engine are imported on call, never at import time.
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import logging
 import statistics
@@ -22,10 +23,13 @@ from alpamayo_offload.planning.collect import (
     with_host_terms,
 )
 from alpamayo_offload.planning.errors import PlanningError
+from alpamayo_offload.planning.predictor import Placement
 from alpamayo_offload.planning.profile import MachineInfo, Profile, VramProfile
 
 LOG = logging.getLogger(__name__)
 _PHASES = ('vision', 'prefill', 'decode', 'diffusion')
+# VRAM left unused by the host-timing run with layers resident (allocator fragmentation).
+_CALIBRATION_MARGIN = 2**30
 
 
 def pinned_h2d_gbps(torch: Any, nbytes: int = 512 * 2**20, repeats: int = 5) -> float:
@@ -148,7 +152,8 @@ def host_issue_calls(engine: Any, model_input: Any, sync_every: int = 1
                      ) -> list[dict[str, Any]]:
     """One inference with the host timed around every layer call (`collect.with_host_terms`).
 
-    The engine streams every layer, so the device lags the host by the copies. With
+    Each record says whether its layer was `resident` in the engine's current plan. Where the
+    engine streams a layer, the device lags the host by the copies. With
     `sync_every=1` (the default) the device is synchronised before each forward and after it
     (waits subtracted), so each call's host time is taken with nothing queued. With
     `sync_every=N` the host issues calls without waiting, synchronised only (outside the timed
@@ -171,6 +176,7 @@ def host_issue_calls(engine: Any, model_input: Any, sync_every: int = 1
     if sync_every < 1:
         raise PlanningError(f'sync_every = {sync_every} must be >= 1')
     records: list[dict[str, Any]] = []
+    resident = {seq: set(idx) for seq, idx in engine.info['resident_layers'].items()}
     state: dict[str, Any] = {'last': None, 'open': None}
     reps: dict[tuple[str, int], int] = defaultdict(int)
 
@@ -201,7 +207,8 @@ def host_issue_calls(engine: Any, model_input: Any, sync_every: int = 1
             stream = call['stream'] + now - call['forward_end']  # + the runtime's post-hook
             records.append({'sequence': seq, 'layer': idx, 'repetition': reps[(seq, idx)],
                             'issue_ms': 1000 * (now - call['start'] - call['waited']),
-                            'stream_ms': 1000 * stream, 'gap_ms': call['gap']})
+                            'stream_ms': 1000 * stream, 'gap_ms': call['gap'],
+                            'resident': idx in resident.get(seq, ())})
             rep = reps[(seq, idx)]
             reps[(seq, idx)] += 1
             if last or (idx + rep) % sync_every == sync_every - 1:
@@ -228,12 +235,32 @@ def host_issue_calls(engine: Any, model_input: Any, sync_every: int = 1
     return records
 
 
+def calibration_placement(profile: Profile, spare_bytes: int) -> Placement | None:
+    """Choose the layers to keep resident while timing host calls on resident layers.
+
+    Every layer if `spare_bytes` of VRAM beyond the nothing-resident plan allow it, else every
+    2nd, 4th, ... layer of each sequence, down to one each; None if not even that fits.
+    """
+    names = [s.name for s in profile.sequences]
+    stride = 1
+    while True:
+        resident = {n: range(0, profile.sequence(n).n_layers, stride) for n in names}
+        extra = sum(profile.sequence(n).resident_footprint(i) for n in names for i in resident[n])
+        if extra <= spare_bytes:
+            return Placement.of(resident)
+        if all(profile.sequence(n).n_layers <= stride for n in names):
+            return None
+        stride *= 2
+
+
 def add_host_terms(engine: Any, model_input: Any, profile: Profile, runs: int,
                    sync_every: int = 1) -> Profile:
     """Return `profile` with steady host pre/postprocessing and per-call host issue times.
 
-    Measured on `engine` re-attached pipelined with nothing resident (and no VRAM cap), which
-    it stays in (a second `host_issue_calls` may follow).
+    Measured on `engine` re-attached pipelined (no VRAM cap): the streaming hooks' time with
+    nothing resident, each layer call's own time with as many layers resident as the free VRAM
+    allows (`calibration_placement`; `collect.with_host_terms` says why). The engine is left
+    pipelined with nothing resident (a second `host_issue_calls` may follow).
     """
     import torch
 
@@ -244,5 +271,23 @@ def add_host_terms(engine: Any, model_input: Any, profile: Profile, runs: int,
             for r in (engine.infer(model_input) for _ in range(max(1, runs)))]
     LOG.info('host pre/postprocess %s ms (profiled run: %.0f ms)',
              [round(h) for h in host], profile.host_ms)
-    return with_host_terms(profile, host_issue_calls(engine, model_input, sync_every),
-                           host_ms=statistics.median(host))
+    streamed = host_issue_calls(engine, model_input, sync_every)
+    free, _total = torch.cuda.mem_get_info()
+    spare = (free + torch.cuda.memory_reserved() - torch.cuda.memory_allocated()
+             - _CALIBRATION_MARGIN)
+    placement = calibration_placement(profile, spare)
+    resident_calls: list[dict[str, Any]] = []
+    if placement is None:
+        LOG.warning('no VRAM to time host calls on resident layers: the profile charges every '
+                    'layer its streamed host time (over-states near-resident plans)')
+    else:
+        engine.replan(resident={s: placement.indices(s) for s in placement.resident},
+                      mode='pipelined', budget_bytes=None, embed_on_host=False)
+        engine.infer(model_input)                              # warm-up of this attach
+        resident_calls = host_issue_calls(engine, model_input, sync_every)
+        engine.replan(resident={}, mode='pipelined', budget_bytes=None, embed_on_host=False)
+        profile = dataclasses.replace(profile, settings={
+            **profile.settings, 'host_timed_resident_layers': {
+                s: len(placement.indices(s)) for s in placement.resident}})
+    return with_host_terms(profile, streamed, host_ms=statistics.median(host),
+                           resident_calls=resident_calls)

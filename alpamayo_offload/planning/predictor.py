@@ -21,8 +21,9 @@ a pass that reads a device value on the host (`host_waits`, or the host-side emb
 first waits for the compute engine. With everything resident, a pass therefore costs its host
 issue time when that is longer than its compute (the H200 decode pass: ~42 ms of host time for
 ~10 ms of compute). A streamed call costs the host its layer's issue time plus the runtime's
-streaming hooks (`host_stream_ms`, schema 3); a resident call only the former. Without host terms
-(zeros) the host never delays anything and the replay is the two-engine one above.
+streaming hooks (`host_stream_ms`, schema 3); a resident call only the former, as timed on
+resident layers (`gpu_profile.add_host_terms`). Without host terms (zeros) the host never delays
+anything and the replay is the two-engine one above.
 
 Per-layer compute is the median over the profiled passes, never the mean (one stalled call would
 be charged to every pass). In pipelined mode a copy runs at the machine's pinned host-to-device

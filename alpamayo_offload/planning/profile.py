@@ -97,7 +97,9 @@ class PhaseProfile:
     `embed_host_ms` is the extra per-pass time when the token embedding is gathered on the host.
 
     Host terms (schema 2; empty/zero when not measured): `host_layer_ms[i]` is the CPU time to
-    issue one call of layer i (Python, kernel launches); `host_stream_ms` the extra CPU time of a
+    issue one call of layer i (Python, kernel launches), timed on resident layers where the
+    profiler had the VRAM (`settings['host_timed_resident_layers']` counts them per sequence; a
+    streamed call costs more, beyond the hooks); `host_stream_ms` the extra CPU time of a
     streamed call, spent in the runtime's hooks (slot binding, issuing the next copy), which a
     resident layer does not run (schema 3); `host_lead_ms` the CPU time of a pass outside its
     layers (embedding, masks, positions, the previous pass's head and sampling); `host_waits`

@@ -1,4 +1,4 @@
-"""`alpamayo-offload profile` on a real GPU: the host terms split the streaming hooks off."""
+"""`alpamayo-offload profile` on a real GPU: host terms, device footprints, a plan that fits."""
 from __future__ import annotations
 
 import pytest
@@ -6,11 +6,32 @@ import pytest
 
 @pytest.mark.cuda
 def test_profile_times_layer_issue_and_streaming_hooks_apart() -> None:
+    import torch
+
+    from alpamayo_offload.engine import Engine, EngineConfig
+    from alpamayo_offload.planning import PlannerOptions, plan
     from alpamayo_offload.planning.gpu_profile import run_profile
+    from alpamayo_offload.planning.planner import minimum_budget
+    from alpamayo_offload.planning.predictor import Workload
 
     profile = run_profile(model='tiny', device='cuda', decode_tokens=4, diffusion_steps=2,
                           warmup=1, seed=0)
     assert profile.host_issue_measured
     for phase in profile.phases:
         assert all(ms > 0 for ms in phase.host_layer_ms), phase.name
-        assert phase.host_stream_ms > 0, phase.name   # every call of the host run is streamed
+        assert phase.host_stream_ms > 0, phase.name   # the hooks, from the streamed run
+    # the tiny model fits: every layer's call was timed resident
+    assert profile.settings['host_timed_resident_layers'] == {
+        s.name: s.n_layers for s in profile.sequences}
+    assert all(s.resident_bytes and s.slot_bytes for s in profile.sequences)
+    # a plan one byte above the minimum plus one layer is accepted by the engine as planned
+    budget = minimum_budget(profile) + profile.sequence('lm').resident_footprint(0)
+    got = plan(profile, budget, PlannerOptions(workload=Workload(4, 2)))
+    engine = Engine.from_config(EngineConfig(model='tiny', device='cuda', mode='sequential',
+                                             fixed_decode_tokens=4, diffusion_steps=2))
+    engine.replan(resident={s: got.placement.indices(s) for s in ('vit', 'lm', 'expert')},
+                  mode='pipelined', budget_bytes=budget,
+                  embed_on_host=got.placement.embed_on_host)
+    assert engine.info['required_bytes'] == got.vram.total <= budget
+    engine.close()
+    torch.cuda.empty_cache()

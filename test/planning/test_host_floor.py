@@ -10,6 +10,7 @@ import pytest
 
 from alpamayo_offload.planning.collect import with_host_terms
 from alpamayo_offload.planning.errors import ProfileFormatError
+from alpamayo_offload.planning.gpu_profile import calibration_placement
 from alpamayo_offload.planning.predictor import Placement, Workload, predict
 from alpamayo_offload.planning.profile import (
     SCHEMA_VERSION,
@@ -130,3 +131,31 @@ def test_without_host_terms_drops_only_the_host_terms() -> None:
     everything = Placement.of({'lm': range(N)})
     assert predict(bare, everything, Workload(3, 0)).total_ms == pytest.approx(
         predict(_profile(waits=True), everything, Workload(3, 0)).total_ms)
+
+
+def test_resident_calls_replace_the_issue_times() -> None:
+    """Layers timed resident take their own time; the others the phase's resident/streamed
+    ratio; hooks and lead stay those of the streamed run."""
+    streamed = [{'sequence': 'lm', 'layer': i, 'repetition': r, 'issue_ms': 2.5 + 0.5 * i,
+                 'stream_ms': 0.5, 'gap_ms': 0.1, 'resident': False}
+                for r in range(4) for i in range(N)]
+    resident = [{'sequence': 'lm', 'layer': i, 'repetition': r,
+                 'issue_ms': 1.0 + 0.25 * i if i % 2 == 0 else 9.0, 'stream_ms': 0.0,
+                 'gap_ms': 5.0, 'resident': i % 2 == 0} for r in range(4) for i in range(N)]
+    decode = with_host_terms(_profile(), streamed, resident_calls=resident).phases[0]
+    # streamed issue without hooks: 2.0, 2.5, 3.0, 3.5; resident 1.0 (layer 0), 1.5 (layer 2)
+    assert decode.host_layer_ms == pytest.approx((1.0, 2.5 * 0.5, 1.5, 3.5 * 0.5))
+    assert decode.host_stream_ms == pytest.approx(0.5)
+    assert decode.host_lead_ms == pytest.approx(N * 0.1)
+    untouched = with_host_terms(_profile(), streamed,
+                                resident_calls=[dict(c, resident=False) for c in resident])
+    assert untouched.phases[0].host_layer_ms == pytest.approx((2.0, 2.5, 3.0, 3.5))
+
+
+def test_calibration_placement_keeps_what_the_spare_vram_holds() -> None:
+    profile = _profile()             # 4 layers of 100 B, no footprints: + 16 KiB each
+    layer = profile.sequences[0].resident_footprint(0)
+    assert calibration_placement(profile, 4 * layer).indices('lm') == (0, 1, 2, 3)
+    assert calibration_placement(profile, 4 * layer - 1).indices('lm') == (0, 2)
+    assert calibration_placement(profile, layer).indices('lm') == (0,)
+    assert calibration_placement(profile, layer - 1) is None
