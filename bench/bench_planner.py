@@ -30,6 +30,7 @@ which detaches the runtime and attaches it again with a new plan without reloadi
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import statistics
@@ -43,7 +44,12 @@ import torch
 from alpamayo_offload.planning.closed_forms import interleaved_indices
 from alpamayo_offload.planning.collect import with_host_terms
 from alpamayo_offload.planning.errors import BudgetError, ProfileFormatError
-from alpamayo_offload.planning.gpu_profile import add_host_terms, host_issue_calls, profile_engine
+from alpamayo_offload.planning.gpu_profile import (
+    add_host_terms,
+    host_issue_calls,
+    pinned_h2d_gbps,
+    profile_engine,
+)
 from alpamayo_offload.planning.planner import PlannerOptions, interleaved_plan, plan, vram_needed
 from alpamayo_offload.planning.predictor import Placement, Workload, predict
 from alpamayo_offload.planning.profile import Profile, load_profile, save_profile
@@ -141,7 +147,18 @@ def plot(path: Path, profile: Profile, workload: Workload, rows: list[dict[str, 
 ALT_PROFILES = {'unsynced': 'profile_unsynced_calls.json', 'synced': 'profile_synced_calls.json'}
 
 
-def _device_error(profile: Profile, r: dict[str, Any], workload: Workload) -> float:
+def _at_row_link(profile: Profile, r: dict[str, Any]) -> Profile | None:
+    """The profile with the pinned copy rate measured around this row (None: not measured)."""
+    rates = r.get('link_gbps')
+    if not rates:
+        return None
+    return dataclasses.replace(profile, machine=dataclasses.replace(
+        profile.machine, pinned_h2d_gbps=statistics.mean(rates)))
+
+
+def _device_error(profile: Profile | None, r: dict[str, Any], workload: Workload) -> float | None:
+    if profile is None:
+        return None
     pred = predict(profile, Placement.of(r['resident'], r['embed_on_host']), workload)
     device = pred.total_ms - pred.host_ms
     return (device - r['measured_device_ms']) / r['measured_device_ms']
@@ -151,8 +168,10 @@ def report(out: Path, profile: Profile, workload: Workload, rows: list[dict[str,
            skipped: list[dict[str, Any]], wall_s: float | None) -> bool:
     """Write bench_planner.{json,md,png} from the rows; True when the targets are met.
 
-    Two diagnostic columns split the device error: the same rows predicted with the host issue
-    times taken the other way (when --out holds that profile) and with no host terms at all.
+    Three diagnostic columns split the device error: the same rows predicted with the host issue
+    times taken the other way (when --out holds that profile), with no host terms at all, and
+    with the pinned copy rate measured just before and after the row instead of the profile's
+    (the link's rate drifts by about 2 % over minutes on the H200 VM; run 5, benchmarks.md §3).
     """
     alt = next(((way, load_profile(out / name)[0]) for way, name in ALT_PROFILES.items()
                 if (out / name).is_file()), None)
@@ -179,16 +198,18 @@ def report(out: Path, profile: Profile, workload: Workload, rows: list[dict[str,
     lines = ['| kind | budget | resident vit/lm/expert | embed host | VRAM plan | peak | '
              'predicted s | measured s | error | device error | device error, '
              f"{alt[0] if alt else 'other'} host timing | device error, no host terms | "
-             'decode GB/s |',
-             '|' + '---|' * 13]
+             "device error at the row's link rate | link GB/s | decode GB/s |",
+             '|' + '---|' * 15]
     for r in rows:
         counts = '/'.join(str(len(r['resident'][m])) for m in ('vit', 'lm', 'expert'))
         lines.append(f"| {r['kind']} | {r['budget']} | {counts} | {r['embed_on_host']} | "
                      f"{format_bytes(r['planned_vram_bytes'])} | {format_bytes(r['peak_bytes'])} | "
                      f"{r['predicted_s']:.3f} | {r['measured_s']:.3f} | "
                      f"{100 * r['error']:+.2f} % | {100 * r['device_error']:+.2f} % | "
-                     f"{_pct(_device_error(alt[1], r, workload)) if alt else '-'} | "
-                     f"{_pct(_device_error(bare, r, workload))} | {_decode_gbps(r)} |")
+                     f"{_pct(_device_error(alt[1] if alt else None, r, workload))} | "
+                     f"{_pct(_device_error(bare, r, workload))} | "
+                     f"{_pct(_device_error(_at_row_link(profile, r), r, workload))} | "
+                     f"{_link(r)} | {_decode_gbps(r)} |")
     lines.append('')
     lines += [f'- {k}: {v}' for k, v in checks.items()]
     (out / 'bench_planner.md').write_text('\n'.join(lines) + '\n')
@@ -205,8 +226,13 @@ def _decode_gbps(r: dict[str, Any]) -> str:
     return f"{decode['bytes_streamed'] / r['measured_ms']['decode'] / 1e6:.2f}"
 
 
-def _pct(x: float) -> str:
-    return f'{100 * x:+.2f} %'
+def _link(r: dict[str, Any]) -> str:
+    rates = r.get('link_gbps')
+    return '/'.join(f'{x:.2f}' for x in rates) if rates else '-'
+
+
+def _pct(x: float | None) -> str:
+    return '-' if x is None else f'{100 * x:+.2f} %'
 
 
 def read_rows(out: Path) -> list[dict[str, Any]]:
@@ -302,8 +328,12 @@ def main() -> int:
             continue
         t_row = time.perf_counter()
         try:
+            cap_vram(None)                    # the link probe's buffer is outside the budget
+            before = pinned_h2d_gbps(torch)
             apply(engine, placement, budget)
             got = measure(engine, model_input, args.warmup, args.runs)
+            cap_vram(None)
+            got['link_gbps'] = [before, pinned_h2d_gbps(torch)]
         except EngineError as err:   # a failed row is reported, the others still run
             skipped.append({**label, 'reason': f'failed: {err}'})
             LOG.error('%s %s failed: %s', kind, label['budget'], err)
