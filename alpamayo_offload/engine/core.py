@@ -47,7 +47,7 @@ from .config import (
 )
 from .estimates import estimate_prompt_tokens, estimate_working_set
 from .example import _ExampleInput, example_input
-from .identity import _driver_version, _model_identity
+from .identity import _model_identity, driver_version
 from .loading import _LayerSource, _load_model, _module_bytes
 from .phases import _PhaseBridge
 
@@ -296,5 +296,5 @@ class Engine:
         if self.device.type == 'cuda':
             info['vram_used_bytes'] = torch.cuda.memory_allocated(self.device)
             info['gpu'] = torch.cuda.get_device_name(self.device)
-            info['driver'] = _driver_version()
+            info['driver'] = driver_version()
         return info

@@ -1,9 +1,8 @@
 """What model and driver an engine runs, as `Engine.info` reports them."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
-
-import torch
 
 from ..model import AlpamayoR1
 from .config import EngineConfig
@@ -15,8 +14,19 @@ def _model_identity(config: EngineConfig, model: AlpamayoR1) -> str:
     return f'alpamayo_r1 {config.model} ({kind}, {n} parameters)'
 
 
-def _driver_version() -> str:
+def driver_version(root: Path = Path('/')) -> str:
+    """Return the NVIDIA kernel driver's release (e.g. '580.159.04'); '' where there is none.
+
+    torch reports only the CUDA driver API level, which many releases share; the kernel module
+    names the release a profile was measured with (Linux; Jetson's nvgpu has neither file).
+    """
     try:
-        return str(torch.cuda.driver_version())  # type: ignore[attr-defined]
-    except (AttributeError, RuntimeError):
+        return (root / 'sys/module/nvidia/version').read_text().strip()
+    except OSError:
+        pass
+    try:
+        text = (root / 'proc/driver/nvidia/version').read_text()
+    except OSError:
         return ''
+    found = re.search(r'Kernel Module\s+(?:for \S+\s+)?(\d+(?:\.\d+)+)', text)
+    return found.group(1) if found else ''

@@ -90,23 +90,26 @@ def _options(args: argparse.Namespace, profile: Profile) -> PlannerOptions:
                           sequences=tuple(m.strip() for m in args.modules.split(',') if m.strip()))
 
 
-def _gpu() -> tuple[str | None, int | None]:
-    """Name and free bytes of the current GPU, or (None, None) without one."""
+def _gpu() -> tuple[str | None, int | None, str | None]:
+    """Name, free bytes and driver release of the current GPU, or Nones without one."""
     try:
         import torch
     except ImportError:
-        return None, None
+        return None, None, None
     if not torch.cuda.is_available():
-        return None, None
-    return torch.cuda.get_device_name(), int(torch.cuda.mem_get_info()[0])
+        return None, None, None
+    from alpamayo_offload.engine.identity import driver_version
+
+    return (torch.cuda.get_device_name(), int(torch.cuda.mem_get_info()[0]),
+            driver_version() or None)
 
 
 def _load_checked(args: argparse.Namespace) -> tuple[Profile, str, int | None]:
     profile, digest = load_profile(args.profile)
-    gpu_name, free = _gpu()
+    gpu_name, free, driver = _gpu()
     check_profile(profile, gpu_name=gpu_name,
                   model_identity=model_identity(args.model) if args.model else None,
-                  force=args.force)
+                  driver=driver, force=args.force)
     return profile, digest, free
 
 

@@ -131,7 +131,8 @@ def _replan(profile_ref: str, budget: ResolvedBudget, model: str,
             LOG.warning('plan.profile %s changed since the plan was written (sha256 %s, now %s); '
                         'not re-planning from it', path, digest[:12], actual[:12])
             return None
-        check_profile(profile, gpu_name=gpu_name, model_identity=model_identity(model))
+        check_profile(profile, gpu_name=gpu_name, model_identity=model_identity(model),
+                      driver=_driver(gpu_name))
         result = plan(profile, budget.budget_bytes, PlannerOptions())
     except PlanningError as err:
         LOG.warning('cannot re-plan from plan.profile %r: %s', profile_ref, err)
@@ -139,6 +140,15 @@ def _replan(profile_ref: str, budget: ResolvedBudget, model: str,
     placement = result.placement
     return _Plan({m: placement.indices(m) for m in ('vit', 'lm', 'expert')},
                  placement.embed_on_host, f're-planned from {path}')
+
+
+def _driver(gpu_name: str | None) -> str | None:
+    """Return the driver release where there is a GPU (a profile from another only warns)."""
+    if gpu_name is None:
+        return None
+    from ..engine.identity import driver_version
+
+    return driver_version() or None
 
 
 def _gpu_name(device: str) -> str | None:

@@ -17,6 +17,7 @@ def test_profile_times_layer_issue_and_streaming_hooks_apart() -> None:
     profile = run_profile(model='tiny', device='cuda', decode_tokens=4, diffusion_steps=2,
                           warmup=1, seed=0)
     assert profile.host_issue_measured
+    assert profile.machine.driver            # the release, so a stale profile is detected
     for phase in profile.phases:
         assert all(ms > 0 for ms in phase.host_layer_ms), phase.name
         assert phase.host_stream_ms > 0, phase.name   # the hooks, from the streamed run

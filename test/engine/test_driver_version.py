@@ -1,0 +1,38 @@
+"""The NVIDIA driver release a profile records (from the kernel module's files)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from alpamayo_offload.engine.identity import driver_version
+
+PROC = {
+    'proprietary': 'NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Thu Oct  9 '
+                   '2025\nGCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n',
+    'open': 'NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.65.06  Release Build  '
+            '(dvs-builder@U16-I3-B03-4-3)  Sun Jul 27 07:09:48 UTC 2025\n',
+}
+
+
+def _write(root: Path, rel: str, text: str) -> None:
+    (root / rel).parent.mkdir(parents=True, exist_ok=True)
+    (root / rel).write_text(text)
+
+
+def test_module_version_file_first(tmp_path: Path) -> None:
+    _write(tmp_path, 'sys/module/nvidia/version', '580.159.04\n')
+    _write(tmp_path, 'proc/driver/nvidia/version', PROC['open'])
+    assert driver_version(tmp_path) == '580.159.04'
+
+
+@pytest.mark.parametrize(('kind', 'want'), [('proprietary', '580.159.04'), ('open', '580.65.06')])
+def test_proc_banner_of_either_module(tmp_path: Path, kind: str, want: str) -> None:
+    _write(tmp_path, 'proc/driver/nvidia/version', PROC[kind])
+    assert driver_version(tmp_path) == want
+
+
+def test_no_nvidia_driver_is_empty(tmp_path: Path) -> None:
+    assert driver_version(tmp_path) == ''
+    _write(tmp_path, 'proc/driver/nvidia/version', 'something else\n')
+    assert driver_version(tmp_path) == ''
