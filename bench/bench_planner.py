@@ -3,7 +3,8 @@
 Full-size random weights, N = 21 decode tokens (fixed), 10 diffusion steps. Profiles once in
 sequential mode, then for each budget (8, 10, 12, 14, 16 GiB, VRAM capped with
 `torch.cuda.set_per_process_memory_fraction`) plans, re-attaches the runtime with the plan on the
-same loaded model, and measures. Then the paper's sweep (k = 0, 5, 10, ... interleaved LM layers).
+same loaded model, and measures. Then the paper's sweep (k = 0, 5, 10, ... interleaved LM layers
+and the most the largest budget holds, uncapped).
 Targets: |error| <= 1 % per row; the planned plan at least as fast as the best interleaved
 VLM-only plan at the same budget. Writes bench_planner.{json,md,png} and profile.json to --out;
 each measured row is appended to rows.jsonl at once, so a run cut short (the GPU machine's 10 min
@@ -248,7 +249,7 @@ def main() -> int:
     ap.add_argument('--model', default='full', help='preset with full-size random weights')
     ap.add_argument('--budgets', default='8,10,12,14,16', help='GiB')
     ap.add_argument('--parts', default='budgets,sweep',
-                    help='budgets (planned + interleaved per budget), sweep (k = 0, 5, ...)')
+                    help='budgets (planned + interleaved per budget), sweep (k = 0, 5, ..., max)')
     ap.add_argument('--sweep-step', type=int, default=5)
     ap.add_argument('--warmup', type=int, default=1)
     ap.add_argument('--runs', type=int, default=3)
@@ -311,11 +312,11 @@ def main() -> int:
                     todo.append((kind, budget, result.placement))
     if 'sweep' in parts:
         n_lm = profile.sequence('lm').n_layers
-        for k in range(0, n_lm, args.sweep_step):
-            placement = Placement.of({'lm': interleaved_indices(k, n_lm)})
-            if vram_needed(profile, placement).total > max(budgets):
-                break
-            todo.append((f'sweep-k{k}', None, placement))
+        fits = [k for k in range(n_lm) if vram_needed(profile, Placement.of(
+            {'lm': interleaved_indices(k, n_lm)})).total <= max(budgets)]
+        # 0, step, 2 step, ... and the most resident LM layers the largest budget holds
+        for k in sorted({k for k in fits if k % args.sweep_step == 0} | set(fits[-1:])):
+            todo.append((f'sweep-k{k}', None, Placement.of({'lm': interleaved_indices(k, n_lm)})))
     rows: list[dict[str, Any]] = []
     skipped: list[dict[str, Any]] = []
     row_s: list[float] = []
