@@ -117,9 +117,7 @@ class Engine:
         self._place_non_layer(embed_on_host)
         fixed = sum(_module_bytes(m) for name, m in self.model.non_layer_modules().items()
                     if not (embed_on_host and name == EMBED_MODULE))
-        working = self.config.working_set_bytes
-        if working is None:
-            working = estimate_working_set(self.model.cfg, self._dtype_bytes(), self.config)
+        working = self.working_set_bytes()
         sequences = [LayerSequence(name, layers, SEQUENCE_PREFIXES[name])
                      for name, layers in self.model.layer_sequences().items()]
         try:
@@ -145,6 +143,14 @@ class Engine:
             target = torch.device('cpu') if (embed_on_host and name == EMBED_MODULE) \
                 else self.device
             module.to(target)
+
+    def working_set_bytes(self, max_decode_tokens: int | None = None) -> int:
+        """Return the working-set term of the VRAM check, for this engine or another limit."""
+        if self.config.working_set_bytes is not None:
+            return self.config.working_set_bytes
+        config = self.config if max_decode_tokens is None else dataclasses.replace(
+            self.config, max_decode_tokens=max_decode_tokens)
+        return estimate_working_set(self.model.cfg, self._dtype_bytes(), config)
 
     def _dtype_bytes(self) -> int:
         return self.model.vlm.model.language_model.norm.weight.element_size()

@@ -35,6 +35,9 @@ from alpamayo_offload.planning.profile import Profile, check_profile, load_profi
 from alpamayo_offload.planning.units import format_bytes, is_free_relative, parse_budget
 
 LOG = logging.getLogger(__name__)
+# The node's default decode.max_tokens (ros/node_config.py; planning may not import ros, a test
+# keeps the two equal).
+NODE_MAX_DECODE_TOKENS = 32
 
 
 def register(subparsers: Any) -> None:
@@ -75,6 +78,10 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument('--no-embed-on-host', action='store_true',
                    help='keep the token embedding on the GPU')
     p.add_argument('--pipeline', choices=[m.value for m in Pipeline], default='pipelined')
+    p.add_argument('--max-decode-tokens', type=int, default=NODE_MAX_DECODE_TOKENS,
+                   help="the node's decode.max_tokens: its VRAM check counts the KV cache for "
+                        'this many tokens, and so does the plan (default %(default)s, the '
+                        "node's default)")
     p.add_argument('--model', default=None,
                    help='model in use (preset or checkpoint); refuses a profile of another one')
     p.add_argument('--force', action='store_true', help='use a profile from another GPU or model')
@@ -85,9 +92,12 @@ def _options(args: argparse.Namespace, profile: Profile) -> PlannerOptions:
         profile.measured_passes('decode'))
     steps = args.diffusion_steps if args.diffusion_steps is not None else (
         profile.measured_passes('diffusion'))
+    if args.max_decode_tokens < 1:
+        raise PlanningError(f'--max-decode-tokens {args.max_decode_tokens}: give at least 1')
     return PlannerOptions(workload=Workload(decode, steps), pipeline=Pipeline(args.pipeline),
                           allow_embed_on_host=not args.no_embed_on_host,
-                          sequences=tuple(m.strip() for m in args.modules.split(',') if m.strip()))
+                          sequences=tuple(m.strip() for m in args.modules.split(',') if m.strip()),
+                          max_decode_tokens=args.max_decode_tokens)
 
 
 def _gpu() -> tuple[str | None, int | None, str | None]:
@@ -135,7 +145,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
                         profile=profile_ref(args.profile, digest))
     header = (f'Written by `alpamayo-offload plan --budget {args.budget}` '
               f'({result.strategy}, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%dT%H:%MZ})'
-              f'\nVRAM needed {format_bytes(result.vram.total)}; '
+              f'\nVRAM needed {format_bytes(result.vram.total)} with decode.max_tokens '
+              f'{args.max_decode_tokens}; '
               f'-1 in resident_layers means no layer of that module is resident.')
     write_plan_params(args.out, params, header)
     sys.stdout.write(_describe(profile, result.placement, _options(args, profile)) + '\n')
@@ -145,7 +156,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 def _describe(profile: Profile, placement: Placement, options: PlannerOptions) -> str:
     pred = predict(profile, placement, options.workload, options.pipeline)
-    vram = vram_needed(profile, placement)
+    vram = vram_needed(profile, placement, options.max_decode_tokens)
     lines = [f'predicted {pred.total_s:.3f} s, VRAM {format_bytes(vram.total)} '
              f'(resident {format_bytes(vram.resident)}, slots {format_bytes(vram.slots)}, '
              f'fixed {format_bytes(vram.fixed + vram.embed)}, '
@@ -189,9 +200,10 @@ def _cmd_predict(args: argparse.Namespace) -> int:
 def _sweep(profile: Profile, options: PlannerOptions, step: int, top: int | None
            ) -> list[dict[str, Any]]:
     """Plan every budget from the minimum to `top` (default: everything resident) by `step`."""
-    low = minimum_budget(profile, options.allow_embed_on_host)
+    low = minimum_budget(profile, options.allow_embed_on_host, options.max_decode_tokens)
     everything = Placement.of({s.name: range(s.n_layers) for s in profile.sequences})
-    high = top if top is not None else vram_needed(profile, everything).total
+    high = top if top is not None else vram_needed(profile, everything,
+                                                   options.max_decode_tokens).total
     rows = []
     budget = low
     while budget <= high + step - 1:

@@ -2,8 +2,9 @@
 
 Written against the engine contract in docs/design.md plus additions it needs:
 `EngineConfig(instrument=True)`, `engine.example_input()`, `engine.runtime_stats(reset=False)`
-(the runtime's `RuntimeStats`), `engine.layer_footprints()` and `engine.info` keys
-`embed_bytes`, `hidden_size`, `prompt_tokens`, `driver`.
+(the runtime's `RuntimeStats`), `engine.layer_footprints()`, `engine.working_set_bytes(n)`,
+`engine.config.max_decode_tokens` and `engine.info` keys `embed_bytes`, `hidden_size`,
+`prompt_tokens`, `driver`.
 Torch and the engine are imported on call, never at import time.
 """
 from __future__ import annotations
@@ -118,8 +119,7 @@ def profile_engine(engine: Any, *, model: str, loaded_bytes: int, warmup: int,
     if not calls:
         raise PlanningError('the profiling run streamed no layer; profile in sequential mode with '
                             'nothing resident and instrument=True')
-    embed = int(info.get('embed_bytes', 0))
-    if not embed:
+    if not int(info.get('embed_bytes', 0)):
         LOG.warning('engine.info has no embed_bytes; the plan cannot move the embedding')
     free, total = torch.cuda.mem_get_info()
     hidden = int(info.get('hidden_size', 4096))
@@ -133,9 +133,7 @@ def profile_engine(engine: Any, *, model: str, loaded_bytes: int, warmup: int,
                             torch_version=torch.__version__,
                             cuda_version=str(torch.version.cuda),
                             pinned_h2d_gbps=pinned_h2d_gbps(torch)),
-        vram=VramProfile(fixed_bytes=int(info['fixed_bytes']), embed_bytes=embed,
-                         working_set_bytes=int(info['working_set_bytes']),
-                         context_bytes=max(0, total - free - torch.cuda.memory_reserved())),
+        vram=engine_vram(engine, context_bytes=max(0, total - free - torch.cuda.memory_reserved())),
         host_ms=1000.0 * (float(timings.get('preprocess', 0.0))
                           + float(timings.get('postprocess', 0.0))),
         embed_host_ms={'prefill': embed_host_ms(torch, prompt, hidden),
@@ -146,6 +144,18 @@ def profile_engine(engine: Any, *, model: str, loaded_bytes: int, warmup: int,
         created_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'))
     return with_footprints(profile, {name: [(f.resident_bytes, f.slot_bytes) for f in sizes]
                                      for name, sizes in engine.layer_footprints().items()})
+
+
+def engine_vram(engine: Any, context_bytes: int = 0) -> VramProfile:
+    """Return the engine's own VRAM terms: what its budget check counts besides the layers."""
+    info = engine.info
+    tokens = int(engine.config.max_decode_tokens)
+    return VramProfile(fixed_bytes=int(info['fixed_bytes']),
+                       embed_bytes=int(info.get('embed_bytes', 0)),
+                       working_set_bytes=int(info['working_set_bytes']),
+                       context_bytes=context_bytes, working_set_tokens=tokens,
+                       working_set_per_token_bytes=engine.working_set_bytes(tokens + 1)
+                       - engine.working_set_bytes(tokens))
 
 
 def host_issue_calls(engine: Any, model_input: Any, sync_every: int = 1

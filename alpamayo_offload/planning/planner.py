@@ -56,6 +56,7 @@ class PlannerOptions:
     pipeline: Pipeline = Pipeline.PIPELINED
     allow_embed_on_host: bool = True
     sequences: tuple[str, ...] | None = None     # may hold resident layers; None: all
+    max_decode_tokens: int | None = None         # the engine's limit, for VRAM; None: as profiled
 
     def __post_init__(self) -> None:
         if self.sequences is not None and not self.sequences:
@@ -78,8 +79,13 @@ def _streamed_sequences(profile: Profile) -> tuple[str, ...]:
     return tuple(s.name for s in profile.sequences if s.name in used)
 
 
-def vram_needed(profile: Profile, placement: Placement) -> VramBreakdown:
-    """VRAM of a placement: non-layer modules, working set, two slots, resident layers."""
+def vram_needed(profile: Profile, placement: Placement,
+                max_decode_tokens: int | None = None) -> VramBreakdown:
+    """VRAM of a placement: non-layer modules, working set, two slots, resident layers.
+
+    The working set is counted for an engine that decodes at most `max_decode_tokens` (None: as
+    profiled), as that engine's budget check will count it.
+    """
     resident = 0
     largest_streamed = 0
     for name in _streamed_sequences(profile):
@@ -92,18 +98,24 @@ def vram_needed(profile: Profile, placement: Placement) -> VramBreakdown:
                 largest_streamed = max(largest_streamed, seq.slot_footprint(i))
     v = profile.vram
     return VramBreakdown(v.fixed_bytes, 0 if placement.embed_on_host else v.embed_bytes,
-                         v.working_set_bytes, 2 * largest_streamed, resident)
+                         v.working_set_for(max_decode_tokens), 2 * largest_streamed, resident)
 
 
-def minimum_budget(profile: Profile, allow_embed_on_host: bool = True) -> int:
+def _vram(profile: Profile, placement: Placement, options: PlannerOptions) -> VramBreakdown:
+    return vram_needed(profile, placement, options.max_decode_tokens)
+
+
+def minimum_budget(profile: Profile, allow_embed_on_host: bool = True,
+                   max_decode_tokens: int | None = None) -> int:
     """Return the smallest budget any plan fits: nothing resident, embedding on host if allowed."""
-    return vram_needed(profile, Placement.of(embed_on_host=allow_embed_on_host)).total
+    return vram_needed(profile, Placement.of(embed_on_host=allow_embed_on_host),
+                       max_decode_tokens).total
 
 
 def _check_budget(profile: Profile, budget_bytes: int, options: PlannerOptions) -> None:
-    floor = minimum_budget(profile, options.allow_embed_on_host)
+    floor = minimum_budget(profile, options.allow_embed_on_host, options.max_decode_tokens)
     if budget_bytes < floor:
-        parts = vram_needed(profile, Placement.of(embed_on_host=options.allow_embed_on_host))
+        parts = _vram(profile, Placement.of(embed_on_host=options.allow_embed_on_host), options)
         raise BudgetError(
             f'VRAM budget {format_bytes(budget_bytes)} is below the minimum {format_bytes(floor)} '
             f'(two slots {format_bytes(parts.slots)} + non-layer modules '
@@ -126,19 +138,19 @@ def _crowding(placement: Placement, name: str, index: int, n_layers: int) -> tup
 def _greedy(profile: Profile, budget_bytes: int, options: PlannerOptions,
             embed_on_host: bool) -> PlanResult | None:
     placement = Placement.of(embed_on_host=embed_on_host)
-    if vram_needed(profile, placement).total > budget_bytes:
+    if _vram(profile, placement, options).total > budget_bytes:
         return None
     names = [n for n in _streamed_sequences(profile)
              if options.sequences is None or n in options.sequences]
     current = predict(profile, placement, options.workload, options.pipeline).total_ms
-    used = vram_needed(profile, placement).total
+    used = _vram(profile, placement, options).total
     version = 0
 
     def key(name: str, index: int) -> tuple[float, tuple[int, int], int, int]:
         """Heap key (smaller pops first): density, crowding, then a stable order."""
         trial = placement.with_layer(name, index)
         gain = current - predict(profile, trial, options.workload, options.pipeline).total_ms
-        extra = vram_needed(profile, trial).total - used
+        extra = _vram(profile, trial, options).total - used
         density = float('inf') if extra <= 0 else gain / (extra / _MIB)
         seq = profile.sequence(name)
         rounded = round(density / _TIE_MS) * _TIE_MS if density != float('inf') else density
@@ -158,13 +170,13 @@ def _greedy(profile: Profile, budget_bytes: int, options: PlannerOptions,
         if -k[0] <= 0:
             break                                   # nothing left that saves time
         trial = placement.with_layer(name, index)
-        need = vram_needed(profile, trial).total
+        need = _vram(profile, trial, options).total
         if need > budget_bytes:
             continue                                # does not fit; smaller layers may
         placement, used, version = trial, need, version + 1
         current = predict(profile, placement, options.workload, options.pipeline).total_ms
     prediction = predict(profile, placement, options.workload, options.pipeline)
-    return PlanResult(placement, prediction, vram_needed(profile, placement), budget_bytes,
+    return PlanResult(placement, prediction, _vram(profile, placement, options), budget_bytes,
                       'greedy')
 
 
@@ -175,13 +187,13 @@ def interleaved_plan(profile: Profile, budget_bytes: int, options: PlannerOption
     best = None
     for k in range(seq.n_layers):
         placement = Placement.of({sequence: interleaved_indices(k, seq.n_layers)}, embed_on_host)
-        if vram_needed(profile, placement).total > budget_bytes:
+        if _vram(profile, placement, options).total > budget_bytes:
             break
         best = placement
     if best is None:
         return None
     return PlanResult(best, predict(profile, best, options.workload, options.pipeline),
-                      vram_needed(profile, best), budget_bytes, f'interleaved-{sequence}')
+                      _vram(profile, best, options), budget_bytes, f'interleaved-{sequence}')
 
 
 def plan(profile: Profile, budget_bytes: int, options: PlannerOptions = PlannerOptions()

@@ -180,19 +180,35 @@ class VramProfile:
     action projections). `embed_bytes`: the token embedding, which may instead live on the host.
     `working_set_bytes`: peak activations, KV cache and allocator slack of one inference.
     `context_bytes`: device memory the process holds outside the torch allocator (CUDA context);
-    only used to turn "free VRAM" into a budget.
+    only used to turn "free VRAM" into a budget. `working_set_tokens`: the decode-token limit the
+    working set was counted for; `working_set_per_token_bytes`: what each further token adds (KV
+    cache, activations), so a plan can be made for the node's own limit (schema 4; 0: unknown).
     """
 
     fixed_bytes: int
     embed_bytes: int
     working_set_bytes: int
     context_bytes: int = 0
+    working_set_tokens: int = 0
+    working_set_per_token_bytes: int = 0
 
     def __post_init__(self) -> None:
-        for name in ('fixed_bytes', 'embed_bytes', 'working_set_bytes', 'context_bytes'):
+        for name in ('fixed_bytes', 'embed_bytes', 'working_set_bytes', 'context_bytes',
+                     'working_set_tokens', 'working_set_per_token_bytes'):
             value = getattr(self, name)
             if value < 0:
                 raise ValueError(f'VramProfile.{name} = {value}; must be >= 0')
+
+    def working_set_for(self, max_decode_tokens: int | None) -> int:
+        """Working set of an engine that decodes at most `max_decode_tokens` (None: as profiled).
+
+        The engine's budget check counts the working set for its own limit, so a plan packed
+        to the byte for a smaller one would be refused by it.
+        """
+        if max_decode_tokens is None or not self.working_set_per_token_bytes:
+            return self.working_set_bytes
+        extra = self.working_set_per_token_bytes * (max_decode_tokens - self.working_set_tokens)
+        return max(0, self.working_set_bytes + extra)
 
 
 @dataclass(frozen=True)

@@ -67,7 +67,8 @@ def load_engine(cfg: NodeConfig) -> LoadedEngine:
     configured = _Plan(cfg.engine['resident'], cfg.engine['embed_on_host'], 'configured')
     fallbacks: list[Callable[[], _Plan | None]] = [
         lambda: _replan(str(cfg.plan_info.get('plan.profile', '')), budget, cfg.engine['model'],
-                        _gpu_name(cfg.engine['device'])),
+                        _gpu_name(cfg.engine['device']),
+                        max_decode_tokens=cfg.engine['max_decode_tokens']),
         lambda: _Plan({}, True, 'stream everything, embedding in host RAM'),
     ]
     engine, refusals = _first_that_fits(cfg, budget, configured, fallbacks)
@@ -117,10 +118,12 @@ def _first_that_fits(cfg: NodeConfig, budget: ResolvedBudget, configured: _Plan,
 
 
 def _replan(profile_ref: str, budget: ResolvedBudget, model: str,
-            gpu_name: str | None) -> _Plan | None:
+            gpu_name: str | None, *, max_decode_tokens: int | None = None) -> _Plan | None:
     """Return the planner's placement for this budget from the plan file's profile, if usable.
 
     The profile must be the one the plan was made from (same sha256), of this model and GPU.
+    VRAM is planned for the node's own decode limit (`decode.max_tokens`), which the engine's
+    check counts: a plan made for a smaller one may miss by the KV cache of the difference.
     """
     if not profile_ref or budget.budget_bytes is None:
         return None
@@ -133,7 +136,8 @@ def _replan(profile_ref: str, budget: ResolvedBudget, model: str,
             return None
         check_profile(profile, gpu_name=gpu_name, model_identity=model_identity(model),
                       driver=_driver(gpu_name))
-        result = plan(profile, budget.budget_bytes, PlannerOptions())
+        result = plan(profile, budget.budget_bytes,
+                      PlannerOptions(max_decode_tokens=max_decode_tokens))
     except PlanningError as err:
         LOG.warning('cannot re-plan from plan.profile %r: %s', profile_ref, err)
         return None

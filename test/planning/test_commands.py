@@ -68,3 +68,17 @@ def test_predict_curve_and_plan_breakdown(profile_path: Path, tmp_path: Path,
     assert _run(['predict', '--profile', str(profile_path), '--plan', str(plan_file)]) == 0
     text = capsys.readouterr().out
     assert 'bubble ms' in text and 'resident lm:' in text
+
+
+def test_plans_are_made_for_the_nodes_decode_limit(profile_path: Path, tmp_path: Path,
+                                                   caplog: pytest.LogCaptureFixture) -> None:
+    from alpamayo_offload.ros.node_config import PARAMETERS
+
+    assert commands.NODE_MAX_DECODE_TOKENS == PARAMETERS['decode.max_tokens'][0]
+    out = tmp_path / 'p.yaml'
+    assert _run(['plan', '--profile', str(profile_path), '--budget', '12GiB',
+                 '--out', str(out)]) == 0
+    assert f'decode.max_tokens {commands.NODE_MAX_DECODE_TOKENS}' in out.read_text()
+    assert _run(['plan', '--profile', str(profile_path), '--budget', '12GiB',
+                 '--max-decode-tokens', '0', '--out', str(out)]) == 2
+    assert '--max-decode-tokens 0' in caplog.text

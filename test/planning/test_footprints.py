@@ -12,10 +12,11 @@ import pytest
 import torch
 from torch import nn
 
-from alpamayo_offload.engine import Engine, EngineConfig
+from alpamayo_offload.engine import Engine, EngineConfig, EngineError
 from alpamayo_offload.planning import PlannerOptions, plan
 from alpamayo_offload.planning.collect import build_profile, with_footprints
 from alpamayo_offload.planning.errors import ProfileFormatError
+from alpamayo_offload.planning.gpu_profile import engine_vram
 from alpamayo_offload.planning.planner import vram_needed
 from alpamayo_offload.planning.predictor import Placement, Workload
 from alpamayo_offload.planning.profile import MachineInfo, Profile, VramProfile
@@ -33,14 +34,12 @@ def engine() -> Engine:
 
 def _profile(engine: Engine) -> Profile:
     """A profile of the tiny engine: made-up times, the engine's own byte counts."""
-    info = engine.info
     calls = [{'sequence': seq, 'layer': i, 'repetition': r, 'dma_ms': 1.0, 'exe_ms': 1.0,
               'bytes': sum(p.numel() * p.element_size() for p in layer.parameters())}
              for seq, layers in engine.model.layer_sequences().items()
              for r in range(REPS[seq]) for i, layer in enumerate(layers)]
     profile = build_profile(calls, {}, model_identity='preset:tiny', machine=MachineInfo('cpu'),
-                            vram=VramProfile(info['fixed_bytes'], info['embed_bytes'],
-                                             info['working_set_bytes']))
+                            vram=engine_vram(engine))
     return with_footprints(profile, {
         name: [(f.resident_bytes, f.slot_bytes) for f in sizes]
         for name, sizes in engine.layer_footprints().items()})
@@ -92,3 +91,41 @@ def test_runtime_accounting_is_the_sum_of_footprints() -> None:
     assert runtime.vram_plan.slot_bytes == max(sizes[1].slot_bytes, sizes[2].slot_bytes)
     params = sum(p.numel() * p.element_size() for p in layers[0].parameters())
     assert sizes[0].resident_bytes == 4 * 512 > params       # four tensors, each one block
+
+
+def test_the_plan_counts_the_kv_cache_of_the_nodes_decode_limit(engine: Engine) -> None:
+    """A profile taken with a 3-token limit, a node that allows 64 (the node's default is 32):
+    packed to the byte for the profile's limit, the node's engine refuses the plan; planned for
+    the node's limit, it accepts it and counts the same total."""
+    profiled = Engine.from_config(EngineConfig(model='tiny', mode='sequential', device='cpu',
+                                               max_decode_tokens=3, fixed_decode_tokens=DECODE,
+                                               diffusion_steps=STEPS))
+    profile = _profile(profiled)
+    assert profile.vram.working_set_tokens == 3 and profile.vram.working_set_per_token_bytes > 0
+    node = Engine.from_config(EngineConfig(model='tiny', mode='sequential', device='cpu',
+                                           max_decode_tokens=64, fixed_decode_tokens=DECODE,
+                                           diffusion_steps=STEPS))
+    assert profile.vram.working_set_for(64) == node.working_set_bytes()
+    wanted = Placement.of({'vit': (1,), 'lm': (0, 2)}, embed_on_host=True)
+    for tokens, accepted in ((None, False), (64, True)):
+        options = PlannerOptions(workload=Workload(DECODE, STEPS), max_decode_tokens=tokens)
+        budget = plan(profile, vram_needed(profile, wanted, tokens).total, options).vram.total
+        got = plan(profile, budget, options)              # packed to the byte
+        assert got.vram.total == budget
+        resident = {s: got.placement.indices(s) for s in ('vit', 'lm', 'expert')}
+        if not accepted:
+            with pytest.raises(EngineError, match='over by'):
+                node.replan(resident=resident, mode='pipelined', budget_bytes=budget,
+                            embed_on_host=got.placement.embed_on_host)
+            continue
+        node.replan(resident=resident, mode='pipelined', budget_bytes=budget,
+                    embed_on_host=got.placement.embed_on_host)
+        assert node.info['required_bytes'] == budget
+
+
+def test_working_set_for_another_decode_limit() -> None:
+    vram = VramProfile(0, 0, working_set_bytes=1000, working_set_tokens=21,
+                       working_set_per_token_bytes=10)
+    assert vram.working_set_for(None) == 1000 and vram.working_set_for(32) == 1110
+    assert vram.working_set_for(1) == 800
+    assert VramProfile(0, 0, 1000).working_set_for(32) == 1000    # schema <= 3: as profiled
