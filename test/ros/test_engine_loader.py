@@ -13,6 +13,8 @@ from alpamayo_offload.engine import EngineError
 from alpamayo_offload.planning import PlannerOptions, plan, save_profile
 from alpamayo_offload.planning.paper import table3_profile
 from alpamayo_offload.planning.params import profile_ref
+from alpamayo_offload.planning.planner import vram_needed
+from alpamayo_offload.planning.predictor import Placement
 from alpamayo_offload.ros import params
 from alpamayo_offload.ros.engine_loader import _replan, load_engine
 from alpamayo_offload.ros.vram import ResolvedBudget
@@ -72,3 +74,41 @@ def test_replan_takes_the_planner_placement_only_from_the_matching_profile(
     assert _replan(str(path) + '#sha256=00', budget, 'full', None) is None   # file changed
     assert _replan('', budget, 'full', None) is None
 
+
+
+def test_a_byte_tight_plan_from_a_shorter_decode_profile_is_re_planned_to_fit(
+        tmp_path: Path) -> None:
+    """The plan file's profile was taken with 3 decode tokens and the plan packed to the byte
+    for them; the node allows 32 (its default), so its engine refuses that plan by the KV cache
+    of 29 tokens. The node re-plans from the same profile for 32 tokens and that plan fits."""
+    from alpamayo_offload.engine import Engine, EngineConfig
+    from alpamayo_offload.planning.collect import build_profile, with_footprints
+    from alpamayo_offload.planning.gpu_profile import engine_vram
+    from alpamayo_offload.planning.predictor import Workload
+    from alpamayo_offload.planning.profile import MachineInfo
+
+    profiled = Engine.from_config(EngineConfig(model='tiny', mode='sequential', device='cpu',
+                                               max_decode_tokens=3))
+    reps = {'vit': 1, 'lm': 4, 'expert': 2}
+    calls = [{'sequence': s, 'layer': i, 'repetition': r, 'dma_ms': 1.0, 'exe_ms': 0.1 + i,
+              'bytes': 1000} for s, layers in profiled.model.layer_sequences().items()
+             for r in range(reps[s]) for i in range(len(layers))]
+    profile = with_footprints(
+        build_profile(calls, {}, model_identity='preset:tiny', machine=MachineInfo('cpu'),
+                      vram=engine_vram(profiled)),
+        {n: [(f.resident_bytes, f.slot_bytes) for f in sizes]
+         for n, sizes in profiled.layer_footprints().items()})
+    path = tmp_path / 'profile.json'
+    ref = profile_ref(path, save_profile(profile, path))
+    options = PlannerOptions(workload=Workload(3, 2))
+    loose = plan(profile, vram_needed(profile, Placement.of({'lm': (0, 1)}, True)).total, options)
+    tight = plan(profile, loose.vram.total, options)
+    assert tight.vram.total == loose.vram.total and tight.placement.resident
+    resident = {f'resident_layers.{s}': list(tight.placement.indices(s)) or [-1]
+                for s in ('vit', 'lm', 'expert')}
+    loaded = load_engine(config(vram_budget=str(tight.vram.total), **resident,
+                                embed_on_host=tight.placement.embed_on_host,
+                                **{'plan.profile': ref}))
+    assert loaded.report['plan_source'] == f're-planned from {path}'
+    assert 'over by' in loaded.warning
+    assert loaded.engine.info['required_bytes'] <= tight.vram.total
