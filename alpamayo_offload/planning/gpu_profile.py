@@ -282,9 +282,10 @@ def add_host_terms(engine: Any, model_input: Any, profile: Profile, runs: int,
     LOG.info('host pre/postprocess %s ms (profiled run: %.0f ms)',
              [round(h) for h in host], profile.host_ms)
     streamed = host_issue_calls(engine, model_input, sync_every)
+    # Free now, plus the allocator's cached blocks, less what the next inference needs of them.
     free, _total = torch.cuda.mem_get_info()
     spare = (free + torch.cuda.memory_reserved() - torch.cuda.memory_allocated()
-             - _CALIBRATION_MARGIN)
+             - profile.vram.working_set_bytes - _CALIBRATION_MARGIN)
     placement = calibration_placement(profile, spare)
     resident_calls: list[dict[str, Any]] = []
     if placement is None:
