@@ -25,11 +25,14 @@ def test_profile_times_layer_issue_and_streaming_hooks_apart() -> None:
     assert profile.settings['host_timed_resident_layers'] == {
         s.name: s.n_layers for s in profile.sequences}
     assert all(s.resident_bytes and s.slot_bytes for s in profile.sequences)
-    # a plan one byte above the minimum plus one layer is accepted by the engine as planned
-    budget = minimum_budget(profile) + profile.sequence('lm').resident_footprint(0)
-    got = plan(profile, budget, PlannerOptions(workload=Workload(4, 2)))
+    # a plan for the minimum plus one layer, for an engine allowing 32 decode tokens (the
+    # profile's allowed 4), is accepted by that engine as planned
+    budget = (minimum_budget(profile, max_decode_tokens=32)
+              + profile.sequence('lm').resident_footprint(0))
+    got = plan(profile, budget, PlannerOptions(workload=Workload(4, 2), max_decode_tokens=32))
     engine = Engine.from_config(EngineConfig(model='tiny', device='cuda', mode='sequential',
-                                             fixed_decode_tokens=4, diffusion_steps=2))
+                                             max_decode_tokens=32, fixed_decode_tokens=4,
+                                             diffusion_steps=2))
     engine.replan(resident={s: got.placement.indices(s) for s in ('vit', 'lm', 'expert')},
                   mode='pipelined', budget_bytes=budget,
                   embed_on_host=got.placement.embed_on_host)
