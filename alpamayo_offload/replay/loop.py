@@ -261,7 +261,7 @@ def run_replay(bags: Sequence[PreparedBag], cfg: ReplayConfig, planner: Planner,
         except KeyboardInterrupt:
             state.interrupted = True
             _LOG.warning('interrupted: %d samples are stored in %s; rerun with --resume',
-                         len(store.records), store.path)
+                         len(store.persisted()), store.path)
         except BagError as err:
             state.error = str(err)
             _LOG.error('%s', err)

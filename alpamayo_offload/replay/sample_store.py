@@ -29,9 +29,11 @@ def _dumps(obj: Mapping[str, Any]) -> str:
 class SampleStore:
     """Sample records of one replay run, persisted one line per sample."""
 
-    def __init__(self, path: Path, records: list[dict[str, Any]]) -> None:
+    def __init__(self, path: Path, header: Mapping[str, Any],
+                 records: list[dict[str, Any]]) -> None:
         self.path = path
         self.records = records
+        self._header = header
         self._file = path.open('a', encoding='utf-8')
 
     @classmethod
@@ -49,9 +51,9 @@ class SampleStore:
                     'or choose another output directory')
             records = cls._load(path, header)
             _LOG.info('resuming %s: %d samples already done', path, len(records))
-            return cls(path, records)
+            return cls(path, header, records)
         path.write_text(_dumps(header) + '\n', encoding='utf-8')
-        return cls(path, [])
+        return cls(path, header, [])
 
     @staticmethod
     def _load(path: Path, header: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -91,6 +93,15 @@ class SampleStore:
         self._file.flush()
         os.fsync(self._file.fileno())
         self.records.append(json.loads(line))  # exactly what a resumed run would read back
+
+    def persisted(self) -> list[dict[str, Any]]:
+        """Return the records on disk, as a resumed run reads them back.
+
+        The report counts these: Ctrl-C can land after a line is written and before `records`
+        holds it, and the file is what `--resume` continues from.
+        """
+        self._file.flush()
+        return self._load(self.path, self._header)
 
     def close(self) -> None:
         """Close the file (records stay readable in memory)."""

@@ -71,7 +71,7 @@ def replay_session(bags: Sequence[PreparedBag], cfg: ReplayConfig, planner: Plan
     with SampleStore.open(out_dir, fingerprint(cfg, bags), resume=resume) as store:
         state = run_replay(bags, cfg, planner, store, progress=progress,
                            planner_errors=planner_errors)
-        records = list(store.records)
+        records = store.persisted()
     doc = write_report(out_dir, records, state, cfg, model_info, bev_count=bev_count)
     if result_bag is not None:
         for i, bag in enumerate(bags):
