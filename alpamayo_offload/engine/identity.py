@@ -21,12 +21,12 @@ def driver_version(root: Path = Path('/')) -> str:
     names the release a profile was measured with (Linux; Jetson's nvgpu has neither file).
     """
     try:
-        return (root / 'sys/module/nvidia/version').read_text().strip()
-    except OSError:
+        return (root / 'sys/module/nvidia/version').read_text(encoding='ascii').strip()
+    except (OSError, UnicodeDecodeError):
         pass
     try:
-        text = (root / 'proc/driver/nvidia/version').read_text()
-    except OSError:
+        text = (root / 'proc/driver/nvidia/version').read_text(encoding='ascii')
+    except (OSError, UnicodeDecodeError):
         return ''
     found = re.search(r'Kernel Module\s+(?:for \S+\s+)?(\d+(?:\.\d+)+)', text)
     return found.group(1) if found else ''

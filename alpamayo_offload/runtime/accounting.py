@@ -90,6 +90,8 @@ class LayerFootprint:
 
     resident_bytes: int     # resident: one allocator block per tensor
     slot_bytes: int         # streamed: a slot sized for this layer
+    packed_bytes: int       # streamed: what one copy moves (the layer's aligned flat layout)
+    param_bytes: int        # tensor data alone
 
 
 def layer_footprint(layer: nn.Module) -> LayerFootprint:
@@ -97,4 +99,5 @@ def layer_footprint(layer: nn.Module) -> LayerFootprint:
     tensors = collect_tensors(layer)
     packed = pack((t.name, t.spec) for t in tensors).nbytes
     return LayerFootprint(resident_bytes=sum(device_bytes(t.spec.nbytes) for t in tensors),
-                          slot_bytes=device_bytes(slot_allocation_bytes(packed)) if packed else 0)
+                          slot_bytes=device_bytes(slot_allocation_bytes(packed)) if packed else 0,
+                          packed_bytes=packed, param_bytes=sum(t.spec.nbytes for t in tensors))

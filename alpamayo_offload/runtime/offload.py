@@ -22,7 +22,6 @@ from .binding import LayerTensor, ResidentLayer, StreamedLayer, collect_tensors
 from .config import LayerSequence, Mode, ResidencyPlan
 from .errors import LayerError, PlanError, StateError
 from .host import HostArena
-from .layout import pack
 from .schedule import RepetitionCounter, StreamOrder, next_streamed
 from .source import TensorSource
 from .streamer import SlotStreamer, synchronize
@@ -86,16 +85,15 @@ class OffloadRuntime:
             plan = ResidencyPlan.all_of(self.sequences)
         self.plan = plan
         self._infos = self._validate(plan)
-        streamed = [i for i in self._infos if not i.resident]
-        self._slot_bytes = max((pack((t.name, t.spec) for t in collect_tensors(i.module)).nbytes
-                                for i in streamed), default=0)
-        self.streamed_param_bytes = sum(t.spec.nbytes for i in streamed
-                                        for t in collect_tensors(i.module))
+        sizes = [layer_footprint(i.module) for i in self._infos]
+        streamed = [f for i, f in zip(self._infos, sizes, strict=True) if not i.resident]
+        self._slot_bytes = max((f.packed_bytes for f in streamed), default=0)
+        self.streamed_param_bytes = sum(f.param_bytes for f in streamed)
         self.vram_plan = VramPlan(
-            resident_bytes=sum(layer_footprint(i.module).resident_bytes
-                               for i in self._infos if i.resident),
+            resident_bytes=sum(f.resident_bytes for i, f in zip(self._infos, sizes, strict=True)
+                               if i.resident),
             resident_layers=sum(1 for i in self._infos if i.resident),
-            slot_bytes=max((layer_footprint(i.module).slot_bytes for i in streamed), default=0),
+            slot_bytes=max((f.slot_bytes for f in streamed), default=0),
             n_slots=_SLOTS_PER_MODE[self.mode] if streamed else 0,
             fixed_bytes=fixed_bytes,
             working_set_bytes=working_set_bytes,

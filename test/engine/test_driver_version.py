@@ -36,3 +36,9 @@ def test_no_nvidia_driver_is_empty(tmp_path: Path) -> None:
     assert driver_version(tmp_path) == ''
     _write(tmp_path, 'proc/driver/nvidia/version', 'something else\n')
     assert driver_version(tmp_path) == ''
+
+
+def test_unreadable_files_give_empty(tmp_path: Path) -> None:
+    (tmp_path / 'sys/module/nvidia').mkdir(parents=True)
+    (tmp_path / 'sys/module/nvidia/version').write_bytes(b'\xff\xfe')
+    assert driver_version(tmp_path) == ''
