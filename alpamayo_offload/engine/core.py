@@ -47,7 +47,7 @@ from .config import (
 )
 from .estimates import estimate_prompt_tokens, estimate_working_set
 from .example import _ExampleInput, example_input
-from .identity import _model_identity, driver_version
+from .identity import _model_identity, driver_version, kernel_settings
 from .loading import _LayerSource, _load_model, _module_bytes
 from .phases import _PhaseBridge
 
@@ -298,6 +298,7 @@ class Engine:
             'host': platform.node(),
             'vram_used_bytes': 0,
             'driver': '',
+            'kernel_settings': kernel_settings(),
         }
         if self.device.type == 'cuda':
             info['vram_used_bytes'] = torch.cuda.memory_allocated(self.device)

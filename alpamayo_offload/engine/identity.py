@@ -1,8 +1,11 @@
-"""What model and driver an engine runs, as `Engine.info` reports them."""
+"""What model, driver and kernel settings an engine runs, as `Engine.info` reports them."""
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
+
+import torch
 
 from ..model import AlpamayoR1
 from .config import EngineConfig
@@ -30,3 +33,15 @@ def driver_version(root: Path = Path('/')) -> str:
         return ''
     found = re.search(r'Kernel Module\s+(?:for \S+\s+)?(\d+(?:\.\d+)+)', text)
     return found.group(1) if found else ''
+
+
+def kernel_settings() -> str:
+    """Return the process-wide settings that choose GPU kernels, as a profile records them.
+
+    Deterministic algorithms and cuBLAS's workspace size decide which kernels run (strict mode
+    cost 4-9 % on the H200, docs/benchmarks.md section 4), so a profile's timings only hold in a
+    process with the same settings.
+    """
+    workspace = os.environ.get('CUBLAS_WORKSPACE_CONFIG') or 'default'
+    return (f'deterministic={torch.are_deterministic_algorithms_enabled()}, '
+            f'CUBLAS_WORKSPACE_CONFIG={workspace}')

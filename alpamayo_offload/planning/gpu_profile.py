@@ -4,7 +4,7 @@ Written against the engine contract in docs/design.md plus additions it needs:
 `EngineConfig(instrument=True)`, `engine.example_input()`, `engine.runtime_stats(reset=False)`
 (the runtime's `RuntimeStats`), `engine.layer_footprints()`, `engine.working_set_bytes(n)`,
 `engine.config.max_decode_tokens` and `engine.info` keys `embed_bytes`, `hidden_size`,
-`prompt_tokens`, `driver`.
+`prompt_tokens`, `driver`, `kernel_settings`.
 Torch and the engine are imported on call, never at import time.
 """
 from __future__ import annotations
@@ -132,7 +132,8 @@ def profile_engine(engine: Any, *, model: str, loaded_bytes: int, warmup: int,
                             driver=str(info.get('driver', '')),
                             torch_version=torch.__version__,
                             cuda_version=str(torch.version.cuda),
-                            pinned_h2d_gbps=pinned_h2d_gbps(torch)),
+                            pinned_h2d_gbps=pinned_h2d_gbps(torch),
+                            kernel_settings=str(info.get('kernel_settings', ''))),
         vram=engine_vram(engine, context_bytes=max(0, total - free - torch.cuda.memory_reserved())),
         host_ms=1000.0 * (float(timings.get('preprocess', 0.0))
                           + float(timings.get('postprocess', 0.0))),

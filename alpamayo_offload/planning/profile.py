@@ -22,12 +22,13 @@ from alpamayo_offload.planning.errors import ProfileFormatError, StaleProfileErr
 LOG = logging.getLogger(__name__)
 
 SCHEMA = 'alpamayo_offload.profile'
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 # Version 1 lacks the host issue terms of each phase; it still loads, with the host floor off.
 # Version 2 has them, but the runtime's streaming hooks are not split off (host_stream_ms = 0):
 # it loads, with a resident layer charged the host time of a streamed one.
 # Versions 1-3 lack each layer's device footprint; they load with a bound instead (below).
-READABLE_VERSIONS = (1, 2, 3, 4)
+# Versions 1-4 lack the kernel settings; theirs are unknown and not checked.
+READABLE_VERSIONS = (1, 2, 3, 4, 5)
 # Device bytes a layer may take beyond its parameter bytes when the profile predates footprints:
 # allocator rounding (< 512 B a tensor) and slot alignment, for up to 32 tensors a layer.
 LEGACY_FOOTPRINT_MARGIN = 16 * 1024
@@ -163,13 +164,18 @@ class PhaseProfile:
 
 @dataclass(frozen=True)
 class MachineInfo:
-    """Where the profile was measured; timings are only valid there."""
+    """Where the profile was measured; timings are only valid there.
+
+    `kernel_settings`: the process-wide settings that chose the kernels (deterministic
+    algorithms, cuBLAS workspace; schema 5, '' when unknown), as `kernel_settings()` names them.
+    """
 
     gpu_name: str
     driver: str = ''
     torch_version: str = ''
     cuda_version: str = ''
     pinned_h2d_gbps: float = 0.0
+    kernel_settings: str = ''
 
 
 @dataclass(frozen=True)
@@ -352,11 +358,13 @@ def load_profile(path: str | Path) -> tuple[Profile, str]:
 
 def check_profile(profile: Profile, *, gpu_name: str | None = None,
                   model_identity: str | None = None, torch_version: str | None = None,
-                  driver: str | None = None, force: bool = False) -> None:
+                  driver: str | None = None, kernel_settings: str | None = None,
+                  force: bool = False) -> None:
     """Refuse a profile measured on another GPU or for another model, unless `force`.
 
     Arguments left as None are not checked (e.g. planning on a machine without the target GPU).
-    A different torch version or driver only warns: timings shift a little, the plan stays valid.
+    A different torch version, driver or kernel settings only warns: timings shift, the plan's
+    VRAM stays valid. Kernel settings a profile does not record (schema < 5) are not checked.
     """
     mismatches = []
     if gpu_name is not None and gpu_name != profile.machine.gpu_name:
@@ -369,8 +377,10 @@ def check_profile(profile: Profile, *, gpu_name: str | None = None,
             raise StaleProfileError(f'stale profile: {text}. Re-run `alpamayo-offload profile` on '
                                     f'this GPU and model, or pass --force to use it anyway')
         LOG.warning('using a stale profile (--force): %s', text)
+    recorded = profile.machine.kernel_settings
     for what, here, there in (('torch', torch_version, profile.machine.torch_version),
-                              ('driver', driver, profile.machine.driver)):
+                              ('driver', driver, profile.machine.driver),
+                              ('kernel settings', kernel_settings if recorded else None, recorded)):
         if here is not None and here != there:
             LOG.warning('profile measured with %s %s, running %s; timings may shift', what,
                         there, here)

@@ -134,8 +134,9 @@ def _replan(profile_ref: str, budget: ResolvedBudget, model: str,
             LOG.warning('plan.profile %s changed since the plan was written (sha256 %s, now %s); '
                         'not re-planning from it', path, digest[:12], actual[:12])
             return None
+        driver, kernels = _running_with(gpu_name)
         check_profile(profile, gpu_name=gpu_name, model_identity=model_identity(model),
-                      driver=_driver(gpu_name))
+                      driver=driver, kernel_settings=kernels)
         result = plan(profile, budget.budget_bytes,
                       PlannerOptions(max_decode_tokens=max_decode_tokens))
     except PlanningError as err:
@@ -146,13 +147,13 @@ def _replan(profile_ref: str, budget: ResolvedBudget, model: str,
                  placement.embed_on_host, f're-planned from {path}')
 
 
-def _driver(gpu_name: str | None) -> str | None:
-    """Return the driver release where there is a GPU (a profile from another only warns)."""
+def _running_with(gpu_name: str | None) -> tuple[str | None, str | None]:
+    """Return the driver release and kernel settings where there is a GPU (a mismatch warns)."""
     if gpu_name is None:
-        return None
-    from ..engine.identity import driver_version
+        return None, None
+    from ..engine.identity import driver_version, kernel_settings
 
-    return driver_version() or None
+    return driver_version() or None, kernel_settings()
 
 
 def _gpu_name(device: str) -> str | None:

@@ -18,11 +18,13 @@ import numpy as np
 import torch
 
 from alpamayo_offload.engine import Engine, EngineConfig, PhaseClock
+from alpamayo_offload.engine.identity import driver_version, kernel_settings
 from alpamayo_offload.model import SyntheticTextIds, prepare_inputs, run_inference
+from alpamayo_offload.planning.collect import model_identity
 from alpamayo_offload.planning.gpu_profile import add_host_terms, profile_engine
 from alpamayo_offload.planning.planner import PlannerOptions, plan, vram_needed
 from alpamayo_offload.planning.predictor import Pipeline, Placement, Workload, predict
-from alpamayo_offload.planning.profile import Profile, load_profile, save_profile
+from alpamayo_offload.planning.profile import Profile, check_profile, load_profile, save_profile
 
 from . import hf_peers
 from .home import HomeCopy, release_memory
@@ -93,9 +95,11 @@ class AlpamayoBench(RowBench):
     def _profile(self) -> Profile:
         if self.s.profile_path:
             profile, _ = load_profile(self.s.profile_path)
-            if profile.machine.gpu_name != torch.cuda.get_device_name():
-                LOG.warning('profile %s is from %s, this is %s', self.s.profile_path,
-                            profile.machine.gpu_name, torch.cuda.get_device_name())
+            # This process sets CUBLAS_WORKSPACE_CONFIG for its deterministic passes: a profile
+            # taken without it (bench_planner's) warns that its timings may not hold here.
+            check_profile(profile, gpu_name=torch.cuda.get_device_name(),
+                          model_identity=model_identity(self.s.model),
+                          driver=driver_version() or None, kernel_settings=kernel_settings())
             # The host's pre/postprocessing depends on this bench's input (raw 1080p frames),
             # not on the plan: measured here, as a profile from bench_planner (presized
             # frames) would leave ~0.5 s of resizing out of every prediction.

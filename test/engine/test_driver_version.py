@@ -1,11 +1,12 @@
-"""The NVIDIA driver release a profile records (from the kernel module's files)."""
+"""The NVIDIA driver release and kernel settings a profile records."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+import torch
 
-from alpamayo_offload.engine.identity import driver_version
+from alpamayo_offload.engine.identity import driver_version, kernel_settings
 
 PROC = {
     'proprietary': 'NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Thu Oct  9 '
@@ -42,3 +43,17 @@ def test_unreadable_files_give_empty(tmp_path: Path) -> None:
     (tmp_path / 'sys/module/nvidia').mkdir(parents=True)
     (tmp_path / 'sys/module/nvidia/version').write_bytes(b'\xff\xfe')
     assert driver_version(tmp_path) == ''
+
+
+def test_kernel_settings_name_deterministic_mode_and_cublas_workspace(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    before = torch.are_deterministic_algorithms_enabled()
+    monkeypatch.delenv('CUBLAS_WORKSPACE_CONFIG', raising=False)
+    try:
+        torch.use_deterministic_algorithms(False)
+        assert kernel_settings() == 'deterministic=False, CUBLAS_WORKSPACE_CONFIG=default'
+        monkeypatch.setenv('CUBLAS_WORKSPACE_CONFIG', ':4096:8')
+        torch.use_deterministic_algorithms(True)
+        assert kernel_settings() == 'deterministic=True, CUBLAS_WORKSPACE_CONFIG=:4096:8'
+    finally:
+        torch.use_deterministic_algorithms(before)

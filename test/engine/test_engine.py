@@ -14,6 +14,7 @@ from alpamayo_offload.engine import (
     EngineInputError,
     example_input,
 )
+from alpamayo_offload.engine.identity import kernel_settings
 
 FIXTURE = (Path(__file__).resolve().parents[2] / '..' / 'shared' / 'fixtures'
            / 'alpamayo-official-tiny')
@@ -67,6 +68,7 @@ def test_replan_and_embedding_on_host_keep_the_result(inputs, reference) -> None
         got = engine.infer(inputs)
         assert engine.info['embed_on_host'] is True
         assert engine.info['resident_layers']['lm'] == [1]
+        assert engine.info['kernel_settings'] == kernel_settings()   # what a profile records
     finally:
         engine.close()
     assert np.array_equal(got.samples_xyz, reference.samples_xyz)

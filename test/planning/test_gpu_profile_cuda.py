@@ -9,6 +9,7 @@ def test_profile_times_layer_issue_and_streaming_hooks_apart() -> None:
     import torch
 
     from alpamayo_offload.engine import Engine, EngineConfig
+    from alpamayo_offload.engine.identity import kernel_settings
     from alpamayo_offload.planning import PlannerOptions, plan
     from alpamayo_offload.planning.gpu_profile import run_profile
     from alpamayo_offload.planning.planner import minimum_budget
@@ -18,6 +19,7 @@ def test_profile_times_layer_issue_and_streaming_hooks_apart() -> None:
                           warmup=1, seed=0)
     assert profile.host_issue_measured
     assert profile.machine.driver            # the release, so a stale profile is detected
+    assert profile.machine.kernel_settings == kernel_settings()
     for phase in profile.phases:
         assert all(ms > 0 for ms in phase.host_layer_ms), phase.name
         assert phase.host_stream_ms > 0, phase.name   # the hooks, from the streamed run

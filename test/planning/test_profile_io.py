@@ -56,6 +56,29 @@ def test_stale_profile_refused_unless_forced(caplog: pytest.LogCaptureFixture) -
     assert 'stale' in caplog.text and 'torch' in caplog.text
 
 
+def test_kernel_settings_mismatch_warns_and_unrecorded_ones_are_not_checked(
+        caplog: pytest.LogCaptureFixture) -> None:
+    # Run 6 (H200): a profile taken without CUBLAS_WORKSPACE_CONFIG, used by a process with it,
+    # predicted a 16 GiB plan 1.34x off; the settings are part of what a profile is valid for.
+    default = 'deterministic=False, CUBLAS_WORKSPACE_CONFIG=default'
+    strict = 'deterministic=True, CUBLAS_WORKSPACE_CONFIG=:4096:8'
+    base = table3_profile()
+    recorded = replace(base, machine=replace(base.machine, kernel_settings=default))
+    with caplog.at_level(logging.WARNING):
+        check_profile(recorded, kernel_settings=default)
+        check_profile(base, kernel_settings=strict)        # schema < 5: not recorded
+        assert caplog.text == ''
+        check_profile(recorded, kernel_settings=strict)
+    assert 'kernel settings' in caplog.text and ':4096:8' in caplog.text
+
+
+def test_profile_without_kernel_settings_loads(tmp_path: Path) -> None:
+    data = table3_profile().to_dict()
+    del data['machine']['kernel_settings']
+    (tmp_path / 'v4.json').write_text(json.dumps(data | {'schema_version': 4}))
+    assert load_profile(tmp_path / 'v4.json')[0].machine.kernel_settings == ''
+
+
 def test_validation_names_field_and_value() -> None:
     with pytest.raises(ValueError, match='repeats'):
         PhaseProfile('x', 'lm', 'sometimes', ((1.0,),), (0.0,))
