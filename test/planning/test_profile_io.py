@@ -58,8 +58,7 @@ def test_stale_profile_refused_unless_forced(caplog: pytest.LogCaptureFixture) -
 
 def test_kernel_settings_mismatch_warns_and_unrecorded_ones_are_not_checked(
         caplog: pytest.LogCaptureFixture) -> None:
-    # Run 6 (H200): a profile taken without CUBLAS_WORKSPACE_CONFIG, used by a process with it,
-    # predicted a 16 GiB plan 1.34x off; the settings are part of what a profile is valid for.
+    # Deterministic mode and cuBLAS's workspace choose the kernels a profile timed.
     default = 'deterministic=False, CUBLAS_WORKSPACE_CONFIG=default'
     strict = 'deterministic=True, CUBLAS_WORKSPACE_CONFIG=:4096:8'
     base = table3_profile()
