@@ -142,7 +142,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
                         embed_on_host=result.placement.embed_on_host,
                         vram_budget=format_bytes(budget),
                         predicted_latency_s=result.prediction.total_s,
-                        profile=profile_ref(args.profile, digest))
+                        profile=profile_ref(args.profile, digest),
+                        cpu_sensitive_phases=','.join(result.prediction.cpu_sensitive_phases()))
     header = (f'Written by `alpamayo-offload plan --budget {args.budget}` '
               f'({result.strategy}, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%dT%H:%MZ})'
               f'\nVRAM needed {format_bytes(result.vram.total)} with decode.max_tokens '
@@ -163,9 +164,10 @@ def _describe(profile: Profile, placement: Placement, options: PlannerOptions) -
              f'working set {format_bytes(vram.working_set)}), embed on host: '
              f'{placement.embed_on_host}',
              f'{"phase":<10} {"passes":>6} {"wall ms":>10} {"copy ms":>10} {"compute ms":>10} '
-             f'{"bubble ms":>10}']
+             f'{"bubble ms":>10} {"host ms":>10}  follows the CPU']
     lines += [f'{p.name:<10} {p.passes:>6} {p.wall_ms:>10.1f} {p.copy_ms:>10.1f} '
-              f'{p.compute_ms:>10.1f} {p.bubble_ms:>10.1f}' for p in pred.phases]
+              f'{p.compute_ms:>10.1f} {p.bubble_ms:>10.1f} {p.host_ms:>10.1f}  '
+              f'{"yes" if p.cpu_sensitive else "no"}' for p in pred.phases]
     for seq in profile.sequences:
         lines.append(f'resident {seq.name}: {list(placement.indices(seq.name))}')
     return '\n'.join(lines)

@@ -20,7 +20,7 @@ NO_LAYERS = -1
 MODULES = ('vit', 'lm', 'expert')
 # Flattened ROS parameter names this file defines (what the node declares).
 PARAM_KEYS = (*(f'resident_layers.{m}' for m in MODULES), 'embed_on_host', 'vram_budget',
-              'plan.predicted_latency_s', 'plan.profile')
+              'plan.predicted_latency_s', 'plan.profile', 'plan.cpu_sensitive_phases')
 
 
 def resident_to_param(indices: Iterable[int]) -> list[int]:
@@ -64,6 +64,9 @@ class PlanParams:
     vram_budget: str = ''
     predicted_latency_s: float = 0.0
     profile: str = ''
+    # Phases whose predicted latency follows the CPU (`PhasePrediction.cpu_sensitive`), so the
+    # node's measured latency there moves with host load: comma-separated, '' for none.
+    cpu_sensitive_phases: str = ''
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.resident) - set(MODULES))
@@ -79,7 +82,8 @@ class PlanParams:
             'embed_on_host': bool(self.embed_on_host),
             'vram_budget': self.vram_budget,
             'plan': {'predicted_latency_s': round(float(self.predicted_latency_s), 4),
-                     'profile': self.profile},
+                     'profile': self.profile,
+                     'cpu_sensitive_phases': self.cpu_sensitive_phases},
         }}}
 
 
@@ -103,6 +107,8 @@ def read_plan_params(path: str | Path) -> PlanParams:
             vram_budget=_typed(ros['vram_budget'], str, 'vram_budget'),
             predicted_latency_s=float(plan['predicted_latency_s']),
             profile=_typed(plan['profile'], str, 'plan.profile'),
+            cpu_sensitive_phases=_typed(plan.get('cpu_sensitive_phases', ''), str,
+                                        'plan.cpu_sensitive_phases'),   # absent before 2026-11-30
         )
     except (OSError, yaml.YAMLError) as err:
         raise PlanFileError(f'cannot read plan file {str(path)!r} ({err}); write one with '

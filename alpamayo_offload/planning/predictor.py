@@ -104,6 +104,12 @@ class Placement:
                 raise ValueError(f'resident indices {bad} of {name!r} are outside 0..{n - 1}')
 
 
+# A phase whose host issue time reaches this share of its busiest GPU engine's time runs at the
+# CPU's pace or close to it: on the H200 VMs such passes moved by +-16 % between runs while
+# copy-bound ones held 1.5 % (docs/benchmarks.md section 3, run 6).
+CPU_SENSITIVE_SHARE = 0.8
+
+
 @dataclass(frozen=True)
 class PhasePrediction:
     """One phase: wall time split into compute and bubble (compute engine waiting for copies)."""
@@ -115,6 +121,13 @@ class PhasePrediction:
     compute_ms: float     # compute-engine busy time (layers + non-layer work)
     bubble_ms: float      # wall - compute: time the compute engine waited for copies
     bytes_streamed: int
+    host_ms: float = 0.0  # host-thread issue time (leads, layer calls, streaming hooks)
+
+    @property
+    def cpu_sensitive(self) -> bool:
+        """Whether the host's issue work (nearly) bounds the phase: its latency follows the CPU."""
+        gpu = max(self.copy_ms, self.compute_ms)
+        return self.host_ms > 0 and self.host_ms >= CPU_SENSITIVE_SHARE * gpu
 
 
 @dataclass(frozen=True)
@@ -140,7 +153,12 @@ class Prediction:
     def as_dict(self) -> dict[str, object]:
         """JSON-able form for reports."""
         return {'total_ms': self.total_ms, 'host_ms': self.host_ms,
-                'phases': [asdict(p) for p in self.phases]}
+                'phases': [{**asdict(p), 'cpu_sensitive': p.cpu_sensitive}
+                           for p in self.phases]}
+
+    def cpu_sensitive_phases(self) -> tuple[str, ...]:
+        """Names of the phases whose latency follows the CPU (`PhasePrediction.cpu_sensitive`)."""
+        return tuple(p.name for p in self.phases if p.cpu_sensitive)
 
 
 # One layer invocation of a pass: (sequence, layer index, exe ms, copy ms, bytes, host issue ms).
@@ -193,6 +211,7 @@ def predict(profile: Profile, placement: Placement, workload: Workload = Workloa
     compute = [0.0] * n_phases
     moved = [0] * n_phases
     passes = [0] * n_phases
+    issuing = [0.0] * n_phases        # host-thread busy time (not its waits)
     copy_free = 0.0                   # copy engine idle from
     compute_free = 0.0                # compute engine idle from
     host = 0.0                        # host thread reaches this point of the issue order
@@ -208,6 +227,7 @@ def predict(profile: Profile, placement: Placement, workload: Workload = Workloa
         host += p.lead_ms
         compute_free = max(compute_free, host)
         busy = p.tail_ms
+        issuing[p.phase] += p.lead_ms
         for name, index, exe, dma, nbytes, issue in p.steps:
             if (name, index) in resident:
                 start = max(compute_free, host)
@@ -223,7 +243,9 @@ def predict(profile: Profile, placement: Placement, workload: Workload = Workloa
                 start = max(compute_free, copy_free, host)
                 copy[p.phase] += dma
                 moved[p.phase] += nbytes
+                issuing[p.phase] += p.stream_ms
             host += issue
+            issuing[p.phase] += issue
             compute_free = max(start + exe, host)
             if (name, index) not in resident:
                 slot_free[j & 1] = compute_free
@@ -242,5 +264,5 @@ def predict(profile: Profile, placement: Placement, workload: Workload = Workloa
         wall = end[k] - previous_end
         previous_end = end[k]
         phases.append(PhasePrediction(phase.name, passes[k], wall, copy[k], compute[k],
-                                      max(0.0, wall - compute[k]), moved[k]))
+                                      max(0.0, wall - compute[k]), moved[k], issuing[k]))
     return Prediction(max(compute_free, host) + profile.host_ms, profile.host_ms, tuple(phases))

@@ -62,6 +62,19 @@ def test_copy_bound_passes_hide_a_fast_host() -> None:
     assert hosted == pytest.approx(streamed)    # the first copy is primed; the rest overlap
 
 
+def test_a_phase_follows_the_cpu_when_its_issue_time_nears_the_busiest_engine() -> None:
+    """Host 0.9 ms a call against 1 ms compute (resident) is flagged; against 2 ms copies
+    (streamed) it is not; without host terms nothing is."""
+    everything = Placement.of({'lm': range(N)})
+    resident = predict(_profile(host_layer=0.9), everything, Workload(3, 0)).phase('decode')
+    assert resident.host_ms == pytest.approx(3 * N * 0.9) and resident.cpu_sensitive
+    streamed = predict(_profile(host_layer=0.9), Placement.of(), Workload(3, 0)).phase('decode')
+    assert streamed.copy_ms == pytest.approx(3 * N * 2.0) and not streamed.cpu_sensitive
+    assert not predict(_profile(), everything, Workload(3, 0)).phase('decode').cpu_sensitive
+    assert predict(_profile(host_layer=0.9), everything,
+                   Workload(3, 0)).cpu_sensitive_phases() == ('decode',)
+
+
 def test_only_streamed_calls_pay_the_streaming_hooks() -> None:
     """A resident layer runs no runtime hook: a host-bound all-resident plan costs the layers'
     own issue time, whatever the streaming part; a host-bound streamed plan pays both."""
