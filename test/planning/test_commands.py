@@ -39,6 +39,18 @@ def test_plan_writes_the_parameter_file(profile_path: Path, tmp_path: Path,
     assert 'decode' in capsys.readouterr().out
 
 
+def test_plan_names_the_phases_that_follow_the_cpu(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """H200 run 6's profile: at 16 GiB decode is near-resident (host 0.94 of the copy time)."""
+    run6 = (Path(__file__).resolve().parents[2] / 'docs' / 'results' / '2026-11-30-h200'
+            / 'run6' / 'planner' / 'profile.json')
+    for budget, flagged in (('16GiB', 'decode'), ('12GiB', '')):
+        out = tmp_path / f'{budget}.yaml'
+        assert _run(['plan', '--profile', str(run6), '--budget', budget, '--out', str(out)]) == 0
+        assert read_plan_params(out).cpu_sensitive_phases == flagged
+    assert 'follows the CPU' in capsys.readouterr().out
+
+
 def test_plan_refuses_budget_below_minimum_and_stale_profile(
         profile_path: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     out = tmp_path / 'x.yaml'
