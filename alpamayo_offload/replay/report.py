@@ -112,8 +112,12 @@ def _plan_line(doc: Mapping[str, Any]) -> list[str]:
     total = doc['latency_ms'].get('total', {}).get('median')
     if not predicted or total is None:
         return []
-    return [f'Plan predicted {predicted:.3f} s per inference; measured median total '
-            f'{total / 1e3:.3f} s ({(total / 1e3 - predicted) / predicted:+.1%}).', '']
+    line = (f'Plan predicted {predicted:.3f} s per inference; measured median total '
+            f'{total / 1e3:.3f} s ({(total / 1e3 - predicted) / predicted:+.1%}).')
+    cpu = doc['plan'].get('plan.cpu_sensitive_phases')
+    if cpu:
+        line += f' Phases whose latency follows the CPU (varies with host load): {cpu}.'
+    return [line, '']
 
 
 def render_markdown(doc: Mapping[str, Any], plots: Sequence[str]) -> str:

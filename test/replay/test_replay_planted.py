@@ -10,7 +10,7 @@ from replay_doubles import PlantedPlannerDouble, replay_config
 from rosbags.highlevel import AnyReader
 from rosbags.typesys import Stores, get_typestore
 
-from alpamayo_offload.replay.report import DETERMINISTIC_KEYS, SCHEMA, SCHEMA_VERSION
+from alpamayo_offload.replay.report import DETERMINISTIC_KEYS, SCHEMA, SCHEMA_VERSION, _plan_line
 from alpamayo_offload.replay.session import ResultBagOptions, prepare, replay_session
 
 ZERO_KEYS = ('ade', 'fde', 'min_ade', 'min_fde', 'min_ade/by_t=3.0', 'lat_err/by_t=1.0',
@@ -132,3 +132,11 @@ def test_several_bags_in_one_run(bag_factory, tmp_path: Path) -> None:
     assert doc['counts']['scored'] == 2 * len(bags[0].ticks)
     assert doc['accuracy']['min_ade']['max'] == pytest.approx(1.0)
     assert len(list((tmp_path / 'r' / 'result_bags').iterdir())) == 2
+
+
+def test_report_sets_the_plans_prediction_beside_the_measurement() -> None:
+    doc = {'plan': {'plan.predicted_latency_s': 1.5, 'plan.cpu_sensitive_phases': 'decode'},
+           'latency_ms': {'total': {'median': 1650.0}}}
+    line = _plan_line(doc)[0]
+    assert 'predicted 1.500 s' in line and '(+10.0%)' in line and 'follows the CPU' in line
+    assert _plan_line({'plan': {}, 'latency_ms': {}}) == []
