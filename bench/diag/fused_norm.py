@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402, N812
-from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+from layer_ops import watch  # noqa: E402  (this directory, first on sys.path)
 from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLTextRMSNorm  # noqa: E402
 
 from alpamayo_offload.engine import Engine, EngineConfig  # noqa: E402
@@ -68,32 +68,10 @@ def deterministic(on: bool) -> Iterator[None]:
         torch.use_deterministic_algorithms(before)
 
 
-class _OpCounter(TorchDispatchMode):
-    def __init__(self) -> None:
-        super().__init__()
-        self.counts: collections.Counter[str] = collections.Counter()
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        self.counts[func.overloadpacket.__name__] += 1
-        return func(*args, **(kwargs or {}))
-
-
 def layer_ops(engine: Engine, model_input: Any, fused: bool) -> dict[str, int]:
     """ATen ops of the last call of LM layer 0 in one inference (a decode pass)."""
-    layer = engine.model.vlm.model.language_model.layers[0]
     seen: list[collections.Counter[str]] = []
-    active: list[_OpCounter] = []
-
-    def pre(module: Any, args: Any) -> None:
-        active.append(_OpCounter())
-        active[-1].__enter__()
-
-    def post(module: Any, args: Any, output: Any) -> None:
-        counter = active.pop()
-        counter.__exit__(None, None, None)
-        seen.append(counter.counts)
-
-    handles = [layer.register_forward_pre_hook(pre), layer.register_forward_hook(post)]
+    handles = watch(engine.model.vlm.model.language_model.layers[0], seen)
     try:
         with norms(fused):
             engine.infer(model_input)

@@ -24,7 +24,7 @@ VIEWS = {'view', 'reshape', 'transpose', 'slice', 'unsqueeze', 'squeeze', 'expan
          't', 'permute', 'alias', '_unsafe_view', 'as_strided', 'detach'}
 
 
-class _OpCounter(TorchDispatchMode):
+class OpCounter(TorchDispatchMode):
     """Counts every ATen op dispatched while active, by name."""
 
     def __init__(self) -> None:
@@ -36,12 +36,12 @@ class _OpCounter(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def _watch(layer: nn.Module, sink: list[collections.Counter[str]]) -> list[Any]:
+def watch(layer: nn.Module, sink: list[collections.Counter[str]]) -> list[Any]:
     """Record the op counts of every call of `layer` into `sink`."""
-    active: list[_OpCounter] = []
+    active: list[OpCounter] = []
 
     def pre(module: nn.Module, args: Any) -> None:
-        active.append(_OpCounter())
+        active.append(OpCounter())
         active[-1].__enter__()
 
     def post(module: nn.Module, args: Any, output: Any) -> None:
@@ -58,7 +58,7 @@ def main() -> None:
         max_decode_tokens=4, diffusion_steps=2))
     sequences = engine.model.layer_sequences()
     calls: dict[str, list[collections.Counter[str]]] = {name: [] for name in sequences}
-    handles = [h for name, layers in sequences.items() for h in _watch(layers[0], calls[name])]
+    handles = [h for name, layers in sequences.items() for h in watch(layers[0], calls[name])]
     engine.infer(engine.example_input(presized=True))
     for h in handles:
         h.remove()
