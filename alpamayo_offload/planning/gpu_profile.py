@@ -173,10 +173,9 @@ def host_issue_calls(engine: Any, model_input: Any, sync_every: int = 1
     per decode pass (layer calls + lead) 60.1 ms unsynced (N = 8) against 44.6 ms synced, where
     a plan with 31 of 36 LM layers resident ran its passes in 36.3 ms on the same VM (all-resident
     preloads on other VMs: 38.7-48.8 ms); the unsynced terms made the planner pick a plan slower
-    than the paper's at 16 GiB. Both still over-state the host of a diffusion step (59.6 / 59.4 ms
-    of layer calls against 44.7-50.7 ms per all-resident step); `bench/diag/host_floor.py`
-    measures the host floor itself to explain it. The gap before a pass holds its host work and
-    only short waits.
+    than the paper's at 16 GiB. Both over-state a resident layer's call, which is why
+    `add_host_terms` also times the calls with layers resident. The gap before a pass holds its
+    host work and only short waits.
 
     A prepended pre-hook starts a call's clock; the time until the hook after the runtime's
     pre-hook, plus the runtime's post-hook (after a prepended post-hook marks the forward's end),

@@ -61,6 +61,9 @@ class PlannerOptions:
     def __post_init__(self) -> None:
         if self.sequences is not None and not self.sequences:
             raise ValueError('PlannerOptions.sequences is empty; give None (all) or a name')
+        if self.max_decode_tokens is not None and self.max_decode_tokens < 1:
+            raise ValueError(f'PlannerOptions.max_decode_tokens = {self.max_decode_tokens}; '
+                             f'give at least 1, or None (as profiled)')
 
 
 @dataclass(frozen=True)

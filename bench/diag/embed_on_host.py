@@ -56,6 +56,8 @@ def main() -> None:
     ap.add_argument('--out', type=Path, required=True)
     ap.add_argument('--runs', type=int, default=3)
     args = ap.parse_args()
+    if args.runs < 1:
+        ap.error(f'--runs {args.runs}: give at least 1')
     args.out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     engine = Engine.from_config(EngineConfig(

@@ -104,3 +104,8 @@ def test_restricting_modules() -> None:
     assert set(got.resident) == {'expert'}
     with pytest.raises(ValueError, match='sequences'):
         PlannerOptions(sequences=())
+
+
+def test_a_decode_limit_below_one_token_is_refused() -> None:
+    with pytest.raises(ValueError, match='max_decode_tokens = 0'):
+        PlannerOptions(max_decode_tokens=0)
