@@ -262,6 +262,8 @@ def main() -> int:
     ap.add_argument('--parts', default='budgets,sweep',
                     help='budgets (planned + interleaved per budget), sweep (k = 0, 5, ..., max)')
     ap.add_argument('--sweep-step', type=int, default=5)
+    ap.add_argument('--sweep-from', type=int, default=0,
+                    help='measure only sweep rows with at least this many resident LM layers')
     ap.add_argument('--warmup', type=int, default=1)
     ap.add_argument('--runs', type=int, default=3)
     ap.add_argument('--frames', choices=('model', 'raw'), default='model',
@@ -326,7 +328,8 @@ def main() -> int:
         fits = [k for k in range(n_lm) if vram_needed(profile, Placement.of(
             {'lm': interleaved_indices(k, n_lm)})).total <= max(budgets)]
         # 0, step, 2 step, ... and the most resident LM layers the largest budget holds
-        for k in sorted({k for k in fits if k % args.sweep_step == 0} | set(fits[-1:])):
+        ks = {k for k in fits if k % args.sweep_step == 0} | set(fits[-1:])
+        for k in sorted(k for k in ks if k >= args.sweep_from):
             todo.append((f'sweep-k{k}', None, Placement.of({'lm': interleaved_indices(k, n_lm)})))
     rows: list[dict[str, Any]] = []
     skipped: list[dict[str, Any]] = []

@@ -23,6 +23,7 @@ from ..model import (
     SyntheticTextIds,
     TextEncoder,
     TokenizerDirEncoder,
+    fuse_rms_norms,
     prepare_inputs,
     run_inference,
 )
@@ -88,6 +89,8 @@ class Engine:
             torch.use_deterministic_algorithms(True)
         try:
             model, source = _load_model(config, device)
+            if config.fused_norms:
+                fuse_rms_norms(model)
             encoder: TextEncoder
             if config.tokenizer_dir:
                 encoder = TokenizerDirEncoder(config.tokenizer_dir)
@@ -298,7 +301,7 @@ class Engine:
             'host': platform.node(),
             'vram_used_bytes': 0,
             'driver': '',
-            'kernel_settings': kernel_settings(),
+            'kernel_settings': kernel_settings(fused_norms=self.config.fused_norms),
         }
         if self.device.type == 'cuda':
             info['vram_used_bytes'] = torch.cuda.memory_allocated(self.device)

@@ -17,14 +17,16 @@ from .inputs import (
     prepare_inputs,
     to_t0_frame,
 )
+from .norms import FusedRMSNorm, fuse_rms_norms
 from .observer import NullObserver, PhaseObserver
 from .tokens import SyntheticTextIds, TextEncoder, TokenizerDirEncoder
 
 __all__ = [
     "AlpamayoConfig", "AlpamayoR1", "CheckpointError", "CheckpointTensorSource", "ConfigError",
-    "DecodeOptions", "ImageSizing", "InferenceResult", "ModelError", "ModelInputError",
-    "ModelInputs", "NullObserver", "PhaseObserver", "Rollout", "SyntheticTextIds", "TextEncoder",
-    "TokenizerDirEncoder", "build_meta", "build_random", "full_config", "inputs_from_processed",
-    "load_checkpoint", "materialize_random", "prepare_inputs", "preset", "run_inference",
-    "save_checkpoint", "scaled_config", "tiny_config", "to_t0_frame",
+    "DecodeOptions", "FusedRMSNorm", "ImageSizing", "InferenceResult", "ModelError",
+    "ModelInputError", "ModelInputs", "NullObserver", "PhaseObserver", "Rollout",
+    "SyntheticTextIds", "TextEncoder", "TokenizerDirEncoder", "build_meta", "build_random",
+    "full_config", "inputs_from_processed", "fuse_rms_norms", "load_checkpoint",
+    "materialize_random", "prepare_inputs", "preset", "run_inference", "save_checkpoint",
+    "scaled_config", "tiny_config", "to_t0_frame",
 ]

@@ -166,8 +166,8 @@ class PhaseProfile:
 class MachineInfo:
     """Where the profile was measured; timings are only valid there.
 
-    `kernel_settings`: the process-wide settings that chose the kernels (deterministic
-    algorithms, cuBLAS workspace; schema 5, '' when unknown), as `kernel_settings()` names them.
+    `kernel_settings`: the settings that chose the kernels (deterministic algorithms, cuBLAS
+    workspace, fused norms; schema 5, '' when unknown), as `kernel_settings()` names them.
     """
 
     gpu_name: str

@@ -68,7 +68,8 @@ def load_engine(cfg: NodeConfig) -> LoadedEngine:
     fallbacks: list[Callable[[], _Plan | None]] = [
         lambda: _replan(str(cfg.plan_info.get('plan.profile', '')), budget, cfg.engine['model'],
                         _gpu_name(cfg.engine['device']),
-                        max_decode_tokens=cfg.engine['max_decode_tokens']),
+                        max_decode_tokens=cfg.engine['max_decode_tokens'],
+                        fused_norms=cfg.engine['fused_norms']),
         lambda: _Plan({}, True, 'stream everything, embedding in host RAM'),
     ]
     engine, refusals = _first_that_fits(cfg, budget, configured, fallbacks)
@@ -118,7 +119,8 @@ def _first_that_fits(cfg: NodeConfig, budget: ResolvedBudget, configured: _Plan,
 
 
 def _replan(profile_ref: str, budget: ResolvedBudget, model: str,
-            gpu_name: str | None, *, max_decode_tokens: int | None = None) -> _Plan | None:
+            gpu_name: str | None, *, max_decode_tokens: int | None = None,
+            fused_norms: bool) -> _Plan | None:
     """Return the planner's placement for this budget from the plan file's profile, if usable.
 
     The profile must be the one the plan was made from (same sha256), of this model and GPU.
@@ -134,7 +136,7 @@ def _replan(profile_ref: str, budget: ResolvedBudget, model: str,
             LOG.warning('plan.profile %s changed since the plan was written (sha256 %s, now %s); '
                         'not re-planning from it', path, digest[:12], actual[:12])
             return None
-        driver, kernels = _running_with(gpu_name)
+        driver, kernels = _running_with(gpu_name, fused_norms)
         check_profile(profile, gpu_name=gpu_name, model_identity=model_identity(model),
                       driver=driver, kernel_settings=kernels)
         result = plan(profile, budget.budget_bytes,
@@ -147,13 +149,14 @@ def _replan(profile_ref: str, budget: ResolvedBudget, model: str,
                  placement.embed_on_host, f're-planned from {path}')
 
 
-def _running_with(gpu_name: str | None) -> tuple[str | None, str | None]:
+def _running_with(gpu_name: str | None,
+                  fused_norms: bool) -> tuple[str | None, str | None]:
     """Return the driver release and kernel settings where there is a GPU (a mismatch warns)."""
     if gpu_name is None:
         return None, None
     from ..engine.identity import driver_version, kernel_settings
 
-    return driver_version() or None, kernel_settings()
+    return driver_version() or None, kernel_settings(fused_norms=fused_norms)
 
 
 def _gpu_name(device: str) -> str | None:

@@ -38,6 +38,9 @@ PARAMETERS: dict[str, tuple[Any, str]] = {
                                 f'[{NO_LAYERS}]: none')
        for s in SEQUENCES},
     'embed_on_host': (False, 'keep the token embedding in host RAM (planner output)'),
+    'fused_norms': (True, "RMSNorms as one fused op (faster where the host issuing kernels "
+                          "limits; on CUDA some outputs one bfloat16 step off transformers' "
+                          'op-by-op norm); false: the op-by-op norm'),
     'tokenizer_dir': ('', 'tokenizer directory for the reasoning text (empty: ids only)'),
     'decode.max_tokens': (32, 'maximum chain-of-causation tokens'),
     'decode.fixed_tokens': (0, 'decode exactly this many tokens (0: stop at the end token)'),
@@ -92,7 +95,7 @@ PARAMETERS: dict[str, tuple[Any, str]] = {
 
 # Changing these at run time would need a model reload or new subscriptions.
 RESTART_ONLY = frozenset(
-    {'model', 'device', 'mode', 'vram_budget', 'embed_on_host', 'tokenizer_dir',
+    {'model', 'device', 'mode', 'vram_budget', 'embed_on_host', 'fused_norms', 'tokenizer_dir',
      'images.decode_threads', 'images.decode_ahead', 'images.decode_ahead_min_interval_s',
      'inference.threads', 'odometry.topic', 'buffers.camera_depth',
      'buffers.odometry_depth', 'diagnostics.period_s'}
@@ -207,6 +210,7 @@ def _build(v: dict[str, Any]) -> NodeConfig:
     engine = {
         'model': str(v['model']), 'device': str(v['device']), 'mode': v['mode'],
         'resident': resident, 'embed_on_host': bool(v['embed_on_host']),
+        'fused_norms': bool(v['fused_norms']),
         'tokenizer_dir': v['tokenizer_dir'] or None,
         'max_decode_tokens': int(v['decode.max_tokens']),
         'fixed_decode_tokens': int(v['decode.fixed_tokens']) or None,

@@ -99,7 +99,8 @@ class AlpamayoBench(RowBench):
             # taken without it (bench_planner's) warns that its timings may not hold here.
             check_profile(profile, gpu_name=torch.cuda.get_device_name(),
                           model_identity=model_identity(self.s.model),
-                          driver=driver_version() or None, kernel_settings=kernel_settings())
+                          driver=driver_version() or None,
+                          kernel_settings=kernel_settings(fused_norms=self.config.fused_norms))
             # The host's pre/postprocessing depends on this bench's input (raw 1080p frames),
             # not on the plan: measured here, as a profile from bench_planner (presized
             # frames) would leave ~0.5 s of resizing out of every prediction.

@@ -68,7 +68,7 @@ def test_replan_and_embedding_on_host_keep_the_result(inputs, reference) -> None
         got = engine.infer(inputs)
         assert engine.info['embed_on_host'] is True
         assert engine.info['resident_layers']['lm'] == [1]
-        assert engine.info['kernel_settings'] == kernel_settings()   # what a profile records
+        assert engine.info['kernel_settings'] == kernel_settings(fused_norms=True)  # profiled
     finally:
         engine.close()
     assert np.array_equal(got.samples_xyz, reference.samples_xyz)
@@ -191,3 +191,13 @@ def test_presized_example_gives_the_same_trajectory() -> None:
     assert np.array_equal(got.samples_xyz, want.samples_xyz)
     assert np.array_equal(got.samples_rot, want.samples_rot)
     assert got.coc_token_ids == want.coc_token_ids
+
+
+def test_per_op_norms_give_the_fused_result_on_cpu_and_say_so(inputs, reference) -> None:
+    engine = Engine.from_config(EngineConfig(mode='preload', fused_norms=False, **SMALL))
+    try:
+        got = engine.infer(inputs)
+        assert engine.info['kernel_settings'].endswith('norms=per-op')   # profiles differ
+    finally:
+        engine.close()
+    assert np.array_equal(got.samples_xyz, reference.samples_xyz)

@@ -120,11 +120,13 @@ CHAIN_SCRIPT = """
 import json, sys
 import torch
 from safetensors.torch import load_file
-from alpamayo_offload.model import (DecodeOptions, SyntheticTextIds, inputs_from_processed,
-                                    load_checkpoint, run_inference)
+from alpamayo_offload.model import (DecodeOptions, SyntheticTextIds, fuse_rms_norms,
+                                    inputs_from_processed, load_checkpoint, run_inference)
 torch.set_num_threads(1)
 fx = sys.argv[1]
 m = load_checkpoint(fx, dtype=torch.float32)
+if sys.argv[3] == 'fused':
+    assert fuse_rms_norms(m) == 4 * (3 + 3) + 2
 inp, out = load_file(fx + '/e2e_inputs.safetensors'), load_file(fx + '/e2e_outputs.safetensors')
 mi = inputs_from_processed(inp['pixel_values'], inp['image_grid_thw'], inp['ego_history_xyz'][:, 0],
                            inp['ego_history_rot'][:, 0], m.cfg, SyntheticTextIds(),
@@ -142,8 +144,11 @@ print(json.dumps(res))
 """
 
 
-def test_e2e_full_chain_reproduces_goldens(official_dir) -> None:
+@pytest.mark.parametrize('norms', ['per-op', 'fused'])
+def test_e2e_full_chain_reproduces_goldens(official_dir, norms: str) -> None:
     """Full rollout (cases a, b, c) with injected noise, under AVX2 kernel dispatch.
+
+    Both norm paths: the engine fuses RMSNorms by default (model/norms.py).
 
     The goldens come from an AVX2 CPU. On AVX-512 the float32 GEMM/conv kernels differ by ~1 ulp
     and the 10-step chain amplifies that through the 100 Hz Fourier features past 1e-3 (a: 4e-3).
@@ -158,7 +163,7 @@ def test_e2e_full_chain_reproduces_goldens(official_dir) -> None:
     env = dict(os.environ, ATEN_CPU_CAPABILITY='avx2', ONEDNN_MAX_CPU_ISA='AVX2',
                PYTHONPATH=str(Path(__file__).resolve().parents[2]))
     proc = subprocess.run([sys.executable, '-c', CHAIN_SCRIPT, str(official_dir),
-                           json.dumps(CASES)], env=env, capture_output=True, text=True,
+                           json.dumps(CASES), norms], env=env, capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     res = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -19,7 +19,7 @@ def test_profile_times_layer_issue_and_streaming_hooks_apart() -> None:
                           warmup=1, seed=0)
     assert profile.host_issue_measured
     assert profile.machine.driver            # the release, so a stale profile is detected
-    assert profile.machine.kernel_settings == kernel_settings()
+    assert profile.machine.kernel_settings == kernel_settings(fused_norms=True)
     for phase in profile.phases:
         assert all(ms > 0 for ms in phase.host_layer_ms), phase.name
         assert phase.host_stream_ms > 0, phase.name   # the hooks, from the streamed run

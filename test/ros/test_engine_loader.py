@@ -65,14 +65,15 @@ def test_replan_takes_the_planner_placement_only_from_the_matching_profile(
     path = tmp_path / 'profile.json'
     ref = profile_ref(path, save_profile(profile, path))
     budget = ResolvedBudget('free-2GiB', 10 * 2**30, 12 * 2**30)
-    got = _replan(ref, budget, 'full', None)
+    got = _replan(ref, budget, 'full', None, fused_norms=True)
     want = plan(profile, 10 * 2**30, PlannerOptions()).placement
     assert got is not None and got.source == f're-planned from {path}'
     assert {m: tuple(v) for m, v in got.resident.items()} == \
         {m: want.indices(m) for m in ('vit', 'lm', 'expert')}
-    assert _replan(ref, budget, 'tiny', None) is None                 # another model
-    assert _replan(str(path) + '#sha256=00', budget, 'full', None) is None   # file changed
-    assert _replan('', budget, 'full', None) is None
+    assert _replan(ref, budget, 'tiny', None, fused_norms=True) is None   # another model
+    assert _replan(str(path) + '#sha256=00', budget, 'full', None,
+                   fused_norms=True) is None                               # file changed
+    assert _replan('', budget, 'full', None, fused_norms=True) is None
 
 
 
