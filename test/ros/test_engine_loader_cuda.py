@@ -21,7 +21,7 @@ def config(budget: str = '', resident: dict[str, Any] | None = None, embed_on_ho
     engine = {'model': 'tiny', 'device': 'cuda', 'mode': 'pipelined',
               'resident': resident or {}, 'embed_on_host': embed_on_host, 'tokenizer_dir': None,
               'max_decode_tokens': 8, 'fixed_decode_tokens': None, 'diffusion_steps': 2,
-              'seed': 0}
+              'seed': 0, 'fused_norms': True}
     return SimpleNamespace(engine=engine, vram_budget=budget, torch_threads=1,
                            plan_info=plan or {})
 
