@@ -49,6 +49,9 @@ def register(subparsers: Any) -> None:
     p.add_argument('--diffusion-steps', type=int, default=10)
     p.add_argument('--warmup', type=int, default=1, help='untimed runs before the measured one')
     p.add_argument('--seed', type=int, default=0)
+    p.add_argument('--per-op-norms', action='store_true',
+                   help="time transformers' op-by-op RMSNorm instead of the fused one (for a "
+                        'node run with fused_norms: false)')
     p.add_argument('--out', default='profile.json')
     p.set_defaults(func=_cmd_profile)
 
@@ -140,6 +143,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         return 2
     params = PlanParams(resident={m: result.placement.indices(m) for m in ('vit', 'lm', 'expert')},
                         embed_on_host=result.placement.embed_on_host,
+                        fused_norms=profile.machine.fused_norms,
                         vram_budget=format_bytes(budget),
                         predicted_latency_s=result.prediction.total_s,
                         profile=profile_ref(args.profile, digest),
@@ -229,7 +233,8 @@ def _cmd_profile(args: argparse.Namespace) -> int:
     try:
         profile = gpu_profile.run_profile(
             model=args.model, device=args.device, decode_tokens=args.decode_tokens,
-            diffusion_steps=args.diffusion_steps, warmup=args.warmup, seed=args.seed)
+            diffusion_steps=args.diffusion_steps, warmup=args.warmup, seed=args.seed,
+            fused_norms=not args.per_op_norms)
     except PlanningError as err:
         LOG.error('%s', err)
         return 2

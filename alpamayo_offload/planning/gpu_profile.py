@@ -70,7 +70,7 @@ def embed_host_ms(torch: Any, rows: int, hidden: int, repeats: int = 5) -> float
 
 
 def run_profile(*, model: str, device: str, decode_tokens: int, diffusion_steps: int,
-                warmup: int, seed: int) -> Profile:
+                warmup: int, seed: int, fused_norms: bool = True) -> Profile:
     """Build the engine in sequential mode with nothing resident and profile one inference.
 
     The input is the fixed example with its frames already at the model's size, as the node
@@ -86,7 +86,7 @@ def run_profile(*, model: str, device: str, decode_tokens: int, diffusion_steps:
     config = EngineConfig(
         model=model, device=device, mode='sequential', budget_bytes=None, resident={},
         max_decode_tokens=decode_tokens, fixed_decode_tokens=decode_tokens,
-        diffusion_steps=diffusion_steps, seed=seed, instrument=True)
+        diffusion_steps=diffusion_steps, seed=seed, fused_norms=fused_norms, instrument=True)
     engine = Engine.from_config(config)
     torch.cuda.synchronize()
     profile = profile_engine(engine, model=model, loaded_bytes=torch.cuda.memory_allocated(),

@@ -19,7 +19,8 @@ from alpamayo_offload.planning.units import parse_bytes
 NO_LAYERS = -1
 MODULES = ('vit', 'lm', 'expert')
 # Flattened ROS parameter names this file defines (what the node declares).
-PARAM_KEYS = (*(f'resident_layers.{m}' for m in MODULES), 'embed_on_host', 'vram_budget',
+PARAM_KEYS = (*(f'resident_layers.{m}' for m in MODULES), 'embed_on_host', 'fused_norms',
+              'vram_budget',
               'plan.predicted_latency_s', 'plan.profile', 'plan.cpu_sensitive_phases')
 
 
@@ -61,6 +62,9 @@ class PlanParams:
 
     resident: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     embed_on_host: bool = False
+    # The norms the profile was timed with, so the node runs what was predicted (None: not
+    # written; the node keeps its own `fused_norms`).
+    fused_norms: bool | None = None
     vram_budget: str = ''
     predicted_latency_s: float = 0.0
     profile: str = ''
@@ -77,9 +81,11 @@ class PlanParams:
 
     def to_yaml_dict(self) -> dict[str, Any]:
         """Return the nested mapping written under `/**: ros__parameters`."""
+        norms = {} if self.fused_norms is None else {'fused_norms': bool(self.fused_norms)}
         return {'/**': {'ros__parameters': {
             'resident_layers': {m: resident_to_param(self.resident.get(m, ())) for m in MODULES},
             'embed_on_host': bool(self.embed_on_host),
+            **norms,
             'vram_budget': self.vram_budget,
             'plan': {'predicted_latency_s': round(float(self.predicted_latency_s), 4),
                      'profile': self.profile,
@@ -104,6 +110,7 @@ def read_plan_params(path: str | Path) -> PlanParams:
         return PlanParams(
             resident={m: resident_from_param(layers[m]) for m in MODULES},
             embed_on_host=_typed(ros['embed_on_host'], bool, 'embed_on_host'),
+            fused_norms=_typed(ros.get('fused_norms'), (bool, type(None)), 'fused_norms'),
             vram_budget=_typed(ros['vram_budget'], str, 'vram_budget'),
             predicted_latency_s=float(plan['predicted_latency_s']),
             profile=_typed(plan['profile'], str, 'plan.profile'),
@@ -118,7 +125,8 @@ def read_plan_params(path: str | Path) -> PlanParams:
                             f'/**: ros__parameters with {", ".join(PARAM_KEYS)}') from err
 
 
-def _typed(value: Any, kind: type, name: str) -> Any:
+def _typed(value: Any, kind: type | tuple[type, ...], name: str) -> Any:
     if not isinstance(value, kind):
-        raise PlanFileError(f'{name} = {value!r} must be a {kind.__name__}')
+        names = ' or '.join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+        raise PlanFileError(f'{name} = {value!r} must be a {names}')
     return value

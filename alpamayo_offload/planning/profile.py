@@ -177,6 +177,11 @@ class MachineInfo:
     pinned_h2d_gbps: float = 0.0
     kernel_settings: str = ''
 
+    @property
+    def fused_norms(self) -> bool:
+        """Whether the model's RMSNorms ran fused (profiles older than fusing were op by op)."""
+        return 'norms=fused' in self.kernel_settings
+
 
 @dataclass(frozen=True)
 class VramProfile:

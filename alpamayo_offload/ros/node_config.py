@@ -5,7 +5,8 @@ ROS (`params.py` adds the rclpy declaration and run-time update rules).
 
 `config/alpamayo_offload.yaml` holds the same keys (a test checks). A planner output file
 (`alpamayo-offload plan`, the source of truth for its keys) can be passed as a second parameter
-file; it sets `vram_budget`, `resident_layers.*`, `embed_on_host` and `plan.*`. An empty
+file; it sets `vram_budget`, `resident_layers.*`, `embed_on_host`, `fused_norms` (as its
+profile was timed) and `plan.*`. An empty
 resident list is written `[-1]` there (ROS cannot type an empty list); the planner's
 `resident_from_param` reads it.
 """

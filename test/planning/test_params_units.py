@@ -36,7 +36,7 @@ def test_empty_list_convention() -> None:
 def test_yaml_has_exact_keys_and_round_trips(tmp_path: Path) -> None:
     params = PlanParams(resident={'lm': (0, 7, 14), 'expert': ()}, embed_on_host=True,
                         vram_budget='12.000GiB', predicted_latency_s=4.0567,
-                        profile='/tmp/p.json#sha256=abc')
+                        profile='/tmp/p.json#sha256=abc', fused_norms=False)
     path = tmp_path / 'config' / 'residency.param.yaml'
     write_plan_params(path, params, header='test\nsecond line')
     raw = yaml.safe_load(path.read_text())
@@ -49,13 +49,27 @@ def test_yaml_has_exact_keys_and_round_trips(tmp_path: Path) -> None:
     assert back.resident == {'vit': (), 'lm': (0, 7, 14), 'expert': ()}
     assert back.embed_on_host and back.predicted_latency_s == pytest.approx(4.0567)
     assert split_profile_ref(back.profile) == ('/tmp/p.json', 'abc')
+    assert back.fused_norms is False
+
+
+def test_plan_files_without_norms_leave_the_node_its_own(tmp_path: Path) -> None:
+    """Files from before fused norms have no `fused_norms`; a wrong type is refused."""
+    path = tmp_path / 'old.yaml'
+    write_plan_params(path, PlanParams(resident={'lm': (1,)}))
+    assert 'fused_norms' not in path.read_text()
+    assert read_plan_params(path).fused_norms is None
+    path.write_text(path.read_text().replace('embed_on_host: false',
+                                             'embed_on_host: false\n    fused_norms: 1'))
+    with pytest.raises(PlanFileError, match='fused_norms = 1 must be a bool or NoneType'):
+        read_plan_params(path)
 
 
 def test_ros_reads_the_file_with_typed_integer_arrays(tmp_path: Path) -> None:
     from rclpy.parameter import Parameter, parameter_dict_from_yaml_file
 
     path = tmp_path / 'plan.yaml'
-    write_plan_params(path, PlanParams(resident={'lm': (0, 3)}, vram_budget='8GiB'))
+    write_plan_params(path, PlanParams(resident={'lm': (0, 3)}, vram_budget='8GiB',
+                                       fused_norms=True))
     got = parameter_dict_from_yaml_file(str(path), use_wildcard=True)
     assert set(got) == set(PARAM_KEYS)
     vit = Parameter.from_parameter_msg(got['resident_layers.vit'])
