@@ -103,6 +103,7 @@ def build(node_name: str, stamp_ns: int, st: NodeStatus,
         'vram_budget_bytes': info.get('budget_bytes', 0) or 0,
         'vram_required_bytes': info.get('required_bytes', 0) or 0,
         'embed_on_host': info.get('embed_on_host', ''),
+        'kernel_settings': info.get('kernel_settings', ''),   # what a plan's profile must match
         **{f'resident_layers.{k}': list(v) or 'none' for k, v in dict(resident).items()},
         **st.start_info,
         **plan_info,

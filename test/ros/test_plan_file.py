@@ -18,7 +18,8 @@ def test_node_runs_the_planner_file_and_reports_its_resident_layers(tmp_path: Pa
     plan = tmp_path / 'residency.param.yaml'
     write_plan_params(plan, PlanParams(
         resident={'vit': (2, 0), 'lm': (1,), 'expert': ()}, embed_on_host=True,
-        vram_budget='2.000GiB', predicted_latency_s=0.25, profile='profile.json#sha256=00ff'),
+        fused_norms=False, vram_budget='2.000GiB', predicted_latency_s=0.25,
+        profile='profile.json#sha256=00ff'),
         header='Written by the test with planning.write_plan_params')
     written = yaml.safe_load(plan.read_text())['/**']['ros__parameters']
     assert written['resident_layers']['expert'] == [-1]          # the planner's "none"
@@ -36,6 +37,7 @@ def test_node_runs_the_planner_file_and_reports_its_resident_layers(tmp_path: Pa
     assert (values['resident_layers.vit'], values['resident_layers.lm'],
             values['resident_layers.expert']) == ('0,2', '1', 'none')
     assert values['embed_on_host'] == 'True'
+    assert values['kernel_settings'].endswith('norms=per-op')     # the plan's norms, not fused
     assert values['vram_budget'] == '2.000GiB'
     assert int(values['vram_budget_bytes']) == 2 * 2**30
     assert 0 < int(values['vram_required_bytes']) <= 2 * 2**30
