@@ -20,8 +20,8 @@ NO_LAYERS = -1
 MODULES = ('vit', 'lm', 'expert')
 # Flattened ROS parameter names this file defines (what the node declares).
 PARAM_KEYS = (*(f'resident_layers.{m}' for m in MODULES), 'embed_on_host', 'fused_norms',
-              'vram_budget',
-              'plan.predicted_latency_s', 'plan.profile', 'plan.cpu_sensitive_phases')
+              'vram_budget', 'plan.predicted_latency_s', 'plan.profile',
+              'plan.cpu_sensitive_phases')
 
 
 def resident_to_param(indices: Iterable[int]) -> list[int]:
