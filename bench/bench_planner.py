@@ -122,7 +122,7 @@ def plot(path: Path, profile: Profile, workload: Workload, rows: list[dict[str, 
     import matplotlib.pyplot as plt
 
     options = PlannerOptions(workload=workload)
-    budgets = [b * GIB / 4 for b in range(24, 4 * 17)]
+    budgets = [b * GIB / 4 for b in range(16, 4 * 17)]   # 4-16.75 GiB; NaN below the minimum
     planned, paper = [], []
     for b in budgets:
         try:
@@ -134,8 +134,9 @@ def plot(path: Path, profile: Profile, workload: Workload, rows: list[dict[str, 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     ax.plot([b / GIB for b in budgets], planned, label='planner, predicted')
     ax.plot([b / GIB for b in budgets], paper, '--', label='interleaved LM only (Eq. 8), predicted')
-    for kind, marker in (('planned', 'o'), ('interleaved', 's')):
-        pts = [(r['planned_vram_bytes'] / GIB, r['measured_s']) for r in rows if r['kind'] == kind]
+    for kind, marker in (('planned', 'o'), ('interleaved', 's'), ('sweep', '^')):
+        pts = [(r['planned_vram_bytes'] / GIB, r['measured_s']) for r in rows
+               if r['kind'].startswith(kind)]
         if pts:
             ax.scatter(*zip(*pts, strict=True), marker=marker, label=f'{kind}, measured')
     ax.set_xlabel('VRAM (GiB)')
