@@ -245,6 +245,18 @@ def host_issue_calls(engine: Any, model_input: Any, sync_every: int = 1
     return records
 
 
+def _synced_host_ms(torch: Any, engine: Any, model_input: Any) -> float:
+    """Pre/postprocessing ms of one inference started on an idle GPU.
+
+    As the node (one inference a timer tick) and `bench_planner.py`'s rows run it. Timed back to
+    back, the term came out 30-37 % above the rows' (H200 runs 6-7, docs/benchmarks.md section
+    3); the profile keeps each run (`host_pre_post_runs_ms`) to tell whether this was why.
+    """
+    torch.cuda.synchronize()
+    timings = engine.infer(model_input).timings
+    return 1000 * (timings['preprocess'] + timings['postprocess'])
+
+
 def calibration_placement(profile: Profile, spare_bytes: int) -> Placement | None:
     """Choose the layers to keep resident while timing host calls on resident layers.
 
@@ -277,8 +289,7 @@ def add_host_terms(engine: Any, model_input: Any, profile: Profile, runs: int,
     torch.cuda.set_per_process_memory_fraction(1.0)
     engine.replan(resident={}, mode='pipelined', budget_bytes=None, embed_on_host=False)
     engine.infer(model_input)                                  # warm-up of this attach
-    host = [1000 * (r.timings['preprocess'] + r.timings['postprocess'])
-            for r in (engine.infer(model_input) for _ in range(max(1, runs)))]
+    host = [_synced_host_ms(torch, engine, model_input) for _ in range(max(1, runs))]
     LOG.info('host pre/postprocess %s ms (profiled run: %.0f ms)',
              [round(h) for h in host], profile.host_ms)
     streamed = host_issue_calls(engine, model_input, sync_every)
@@ -300,5 +311,7 @@ def add_host_terms(engine: Any, model_input: Any, profile: Profile, runs: int,
         profile = dataclasses.replace(profile, settings={
             **profile.settings, 'host_timed_resident_layers': {
                 s: len(placement.indices(s)) for s in placement.resident}})
+    profile = dataclasses.replace(profile, settings={**profile.settings,
+                                                     'host_pre_post_runs_ms': host})
     return with_host_terms(profile, streamed, host_ms=statistics.median(host),
                            resident_calls=resident_calls)

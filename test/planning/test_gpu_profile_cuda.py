@@ -6,6 +6,8 @@ import pytest
 
 @pytest.mark.cuda
 def test_profile_times_layer_issue_and_streaming_hooks_apart() -> None:
+    import statistics
+
     import torch
 
     from alpamayo_offload.engine import Engine, EngineConfig
@@ -20,6 +22,8 @@ def test_profile_times_layer_issue_and_streaming_hooks_apart() -> None:
     assert profile.host_issue_measured
     assert profile.machine.driver            # the release, so a stale profile is detected
     assert profile.machine.kernel_settings == kernel_settings(fused_norms=True)
+    runs = profile.settings['host_pre_post_runs_ms']       # each synced run, kept for diagnosis
+    assert len(runs) == 3 and profile.host_ms == statistics.median(runs)
     for phase in profile.phases:
         assert all(ms > 0 for ms in phase.host_layer_ms), phase.name
         assert phase.host_stream_ms > 0, phase.name   # the hooks, from the streamed run
