@@ -12,7 +12,6 @@ GPU) took 730 ms against 723. One command, uncapped, same weights, decode ms per
 
     python3 bench/diag/embed_on_host.py --out $OUT/embed_on_host [--runs 3]
 """
-import argparse
 import json
 import statistics
 import sys
@@ -22,8 +21,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
+from diag_cli import paper_engine, parse_args, synced_runs  # noqa: E402  (this directory, first on sys.path)
 
-from alpamayo_offload.engine import Engine, EngineConfig  # noqa: E402
+from alpamayo_offload.engine import Engine  # noqa: E402
 from alpamayo_offload.model import inference  # noqa: E402
 
 PLANNED_LM_STREAMED = (0, 4, 12, 22, 30)
@@ -41,28 +41,17 @@ def pinned_embed(self: inference.Rollout, ids: torch.Tensor) -> torch.Tensor:
 
 
 def per_pass(engine: Engine, model_input: object, runs: int) -> dict[str, float]:
-    engine.infer(model_input)
-    got = []
-    for _ in range(runs):
-        torch.cuda.synchronize()
-        got.append(engine.infer(model_input))
+    got = synced_runs(engine, model_input, runs)
     out = {p: 1000 * statistics.median(r.timings[p] for r in got) / n for p, n in PHASES.items()}
     out['tokens'] = [*got[-1].coc_token_ids, hash(got[-1].xyz.tobytes())]
     return out
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument('--out', type=Path, required=True)
-    ap.add_argument('--runs', type=int, default=3)
-    args = ap.parse_args()
-    if args.runs < 1:
-        ap.error(f'--runs {args.runs}: give at least 1')
-    args.out.mkdir(parents=True, exist_ok=True)
+    args = parse_args(__doc__)
     start = time.perf_counter()
-    engine = Engine.from_config(EngineConfig(
-        model='full', device='cuda', mode='pipelined', budget_bytes=None, resident={},
-        max_decode_tokens=21, fixed_decode_tokens=21, diffusion_steps=10, seed=0))
+    engine = paper_engine(fused_norms=not args.per_op_norms, model='full', device='cuda',
+                          mode='pipelined')
     model_input = engine.example_input(presized=True)
     everything = {name: list(range(len(layers)))
                   for name, layers in engine.model.layer_sequences().items()}

@@ -35,10 +35,11 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
-from layer_ops import watch  # noqa: E402  (this directory, first on sys.path)
+from diag_cli import paper_engine, parse_args  # noqa: E402  (this directory, first on sys.path)
+from layer_ops import watch  # noqa: E402
 from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLTextRMSNorm  # noqa: E402
 
-from alpamayo_offload.engine import Engine, EngineConfig  # noqa: E402
+from alpamayo_offload.engine import Engine  # noqa: E402
 from alpamayo_offload.model import FusedRMSNorm  # noqa: E402
 
 HF_FORWARD = Qwen3VLTextRMSNorm.forward
@@ -118,20 +119,14 @@ def timed(engine: Engine, model_input: Any, fused: bool) -> tuple[dict[str, floa
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument('--out', type=Path, required=True)
-    ap.add_argument('--runs', type=int, default=4)
-    ap.add_argument('--model', default='full')
-    ap.add_argument('--device', default='cuda')
-    args = ap.parse_args()
-    if args.runs < 1:
-        ap.error(f'--runs {args.runs}: give at least 1')
-    args.out.mkdir(parents=True, exist_ok=True)
+    def model_and_device(ap: argparse.ArgumentParser) -> None:
+        ap.add_argument('--model', default='full')
+        ap.add_argument('--device', default='cuda')
+
+    args = parse_args(__doc__, runs=4, norms_flag=False, more=model_and_device)
     start = time.perf_counter()
-    engine = Engine.from_config(EngineConfig(
-        model=args.model, device=args.device, mode='preload', resident={}, budget_bytes=None,
-        fused_norms=False, max_decode_tokens=21, fixed_decode_tokens=21, diffusion_steps=10,
-        seed=0))
+    engine = paper_engine(fused_norms=False, model=args.model, device=args.device,
+                          mode='preload')
     model_input = engine.example_input(presized=True)
     ops = {way: layer_ops(engine, model_input, way == 'fused') for way in ('hf', 'fused')}
     records = recorded_norm_inputs(engine, model_input)

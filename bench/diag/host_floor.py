@@ -15,7 +15,6 @@ one machine, uncapped:
 
     python3 bench/diag/host_floor.py --out $OUT/host_floor [--runs 3]
 """
-import argparse
 import json
 import statistics
 import sys
@@ -25,8 +24,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
+from diag_cli import DECODE_TOKENS, DIFFUSION_STEPS, paper_engine, parse_args, synced_runs  # noqa: E402
 
-from alpamayo_offload.engine import Engine, EngineConfig  # noqa: E402
+from alpamayo_offload.engine import Engine  # noqa: E402
 from alpamayo_offload.planning.closed_forms import interleaved_indices  # noqa: E402
 from alpamayo_offload.planning.collect import with_host_terms  # noqa: E402
 from alpamayo_offload.planning.gpu_profile import (  # noqa: E402
@@ -38,18 +38,14 @@ from alpamayo_offload.planning.predictor import Placement, Workload, predict  # 
 from alpamayo_offload.planning.profile import Profile, save_profile  # noqa: E402
 
 PHASES = ('vision', 'prefill', 'decode', 'diffusion')
-WORK = Workload(21, 10)
+WORK = Workload(DECODE_TOKENS, DIFFUSION_STEPS)
 PASSES = {'vision': 1, 'prefill': 1, 'decode': WORK.decode_passes,
           'diffusion': WORK.diffusion_steps}
 
 
 def per_pass(engine: Engine, model_input: object, runs: int) -> dict[str, float]:
     """Median ms per pass of each phase over `runs` inferences after a warm-up."""
-    engine.infer(model_input)
-    got = []
-    for _ in range(runs):
-        torch.cuda.synchronize()
-        got.append(engine.infer(model_input).timings)
+    got = [r.timings for r in synced_runs(engine, model_input, runs)]
     return {p: 1000 * statistics.median(t[p] for t in got) / PASSES[p] for p in PHASES}
 
 
@@ -67,21 +63,14 @@ def hooked(engine: Engine, model_input: object, profile: Profile,
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument('--out', type=Path, required=True)
-    ap.add_argument('--runs', type=int, default=3)
-    args = ap.parse_args()
-    if args.runs < 1:
-        ap.error(f'--runs {args.runs}: give at least 1')
-    args.out.mkdir(parents=True, exist_ok=True)
+    args = parse_args(__doc__)
     start = time.perf_counter()
-    engine = Engine.from_config(EngineConfig(
-        model='full', device='cuda', mode='sequential', budget_bytes=None, resident={},
-        max_decode_tokens=21, fixed_decode_tokens=21, diffusion_steps=10, seed=0,
-        instrument=True))
+    engine = paper_engine(fused_norms=not args.per_op_norms, model='full', device='cuda',
+                          mode='sequential', instrument=True)
     torch.cuda.synchronize()
     profile = profile_engine(engine, model='full', loaded_bytes=torch.cuda.memory_allocated(),
-                             warmup=1, settings={'decode_tokens': 21, 'diffusion_steps': 10})
+                             warmup=1, settings={'decode_tokens': DECODE_TOKENS,
+                                                       'diffusion_steps': DIFFUSION_STEPS})
     model_input = engine.example_input(presized=True)
     synced = add_host_terms(engine, model_input, profile, args.runs, sync_every=1)
     unsynced = with_host_terms(synced, host_issue_calls(engine, model_input, sync_every=8))
