@@ -10,6 +10,9 @@ VLM-only plan at the same budget. Writes bench_planner.{json,md,png} and profile
 each measured row is appended to rows.jsonl at once, so a run cut short (the GPU machine's 10 min
 per command) keeps its rows and `--report` writes the tables and plot from them on any machine.
 `--budget-s` stops before a row would overrun; `--parts sweep` measures the sweep alone.
+Rows are measured in rounds (run 8 on): one timed run of every row, then the next round, so
+drift over minutes (the link's rate, a slower CPU) falls on all rows alike instead of on the
+one row measured then; runs 1-7 took each row's runs back to back (`--order rows`).
 The camera frames come already resized to the model's size, as the node delivers them (the same
 pixels): runs 3 and 4 resized 16 raw 1080p frames in every timed inference (`--frames raw`),
 0.35-0.63 s of CPU that no plan changes and the noisiest part of their end-to-end figures.
@@ -82,9 +85,31 @@ def apply(engine: Any, placement: Placement, budget: int | None, mode: str = 'pi
 DEVICE_PHASES = ('vision', 'prefill', 'decode', 'diffusion')
 
 
-def measure(engine: Any, model_input: Any, warmup: int, runs: int) -> dict[str, Any]:
+@dataclasses.dataclass
+class Visit:
+    """One row's timed runs from one stay on its plan (`--order rounds`: one run per round)."""
+    totals: list[float]
+    timings: list[dict[str, float]]
+    peak_bytes: int
+    peak_reserved_bytes: int
+    link_gbps: list[float]
+    at_s: float
+    warmup_s: list[float]
+
+
+def visit(engine: Any, model_input: Any, placement: Placement, budget: int | None, warmup: int,
+          runs: int, at_s: float) -> Visit:
+    """Attach the plan, warm up, time `runs` inferences; the pinned copy rate probed around."""
+    cap_vram(None)                    # the link probe's buffer is outside the budget
+    before = pinned_h2d_gbps(torch)
+    apply(engine, placement, budget)
+    warm = []
     for _ in range(warmup):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
         engine.infer(model_input)
+        torch.cuda.synchronize()
+        warm.append(time.perf_counter() - t0)
     torch.cuda.reset_peak_memory_stats()
     totals, timings = [], []
     for _ in range(runs):
@@ -93,12 +118,75 @@ def measure(engine: Any, model_input: Any, warmup: int, runs: int) -> dict[str, 
         timings.append(engine.infer(model_input).timings)
         torch.cuda.synchronize()
         totals.append(time.perf_counter() - t0)
+    peak, reserved = torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()
+    cap_vram(None)
+    return Visit(totals, timings, peak, reserved, [before, pinned_h2d_gbps(torch)], at_s, warm)
+
+
+def measured(visits: list[Visit]) -> dict[str, Any]:
+    """A row's figures over all its visits: medians of the runs, the highest peak."""
+    totals = [t for v in visits for t in v.totals]
+    timings = [t for v in visits for t in v.timings]
     stages = {k: 1000 * statistics.median(t[k] for t in timings) for k in timings[0]}
     return {'measured_s': statistics.median(totals), 'runs_s': totals,
             'measured_ms': stages,
             'measured_device_ms': sum(stages[p] for p in DEVICE_PHASES),
-            'peak_bytes': torch.cuda.max_memory_allocated(),
-            'peak_reserved_bytes': torch.cuda.max_memory_reserved()}
+            'peak_bytes': max(v.peak_bytes for v in visits),
+            'peak_reserved_bytes': max(v.peak_reserved_bytes for v in visits),
+            'link_gbps': [x for v in visits for x in v.link_gbps],
+            'visits_at_s': [v.at_s for v in visits],
+            'warmup_s': [x for v in visits for x in v.warmup_s]}
+
+
+Todo = list[tuple[str, int | None, Placement]]
+
+
+def build_rows(todo: Todo, visits: list[list[Visit]], profile: Profile, workload: Workload,
+               args: argparse.Namespace) -> list[dict[str, Any]]:
+    return [row(kind, budget, placement, profile, workload,
+                {**measured(v), 'frames': args.frames, 'order': args.order})
+            for (kind, budget, placement), v in zip(todo, visits, strict=True) if v]
+
+
+def measure_all(engine: Any, model_input: Any, todo: Todo, profile: Profile, workload: Workload,
+                args: argparse.Namespace, start: float) -> tuple[list[list[Visit]], dict[int, str]]:
+    """Every row's visits, in `--order`, and why rows were cut. Each visit rewrites rows.jsonl,
+    so a run cut short keeps what it measured. Stops before a visit would end past
+    `--budget-s`; a row whose plan fails is reported and not visited again."""
+    from alpamayo_offload.engine import EngineError
+
+    rounds, per_visit = (args.runs, 1) if args.order == 'rounds' else (1, args.runs)
+    visits: list[list[Visit]] = [[] for _ in todo]
+    took: dict[int, float] = {}
+    cut: dict[int, str] = {}
+    for _ in range(rounds):
+        for i, (kind, budget, placement) in enumerate(todo):
+            if i in cut:
+                continue
+            need = took.get(i, max(took.values(), default=0.0))
+            elapsed = time.perf_counter() - start
+            if args.budget_s is not None and elapsed + need > args.budget_s:
+                LOG.warning('time budget: stopping before %s %s (needs ~%.0f s)', kind,
+                            format_bytes(budget) if budget else '-', need)
+                cut.update({j: f'time budget (needs ~{need:.0f} s)'
+                            for j in range(len(todo)) if j not in cut})
+                return visits, cut
+            try:
+                visits[i].append(visit(engine, model_input, placement, budget, args.warmup,
+                                       per_visit, elapsed))
+            except EngineError as err:   # a failed row is reported, the others still run
+                LOG.error('%s %s failed: %s', kind, format_bytes(budget) if budget else '-', err)
+                cut[i] = f'failed: {err}'
+                continue
+            took[i] = time.perf_counter() - start - elapsed
+            got = measured(visits[i])
+            LOG.info('%s %s: %d runs, median %.3f s', kind,
+                     format_bytes(budget) if budget else '-', len(got['runs_s']),
+                     got['measured_s'])
+            rows = build_rows(todo, visits, profile, workload, args)
+            (Path(args.out) / 'rows.jsonl').write_text(
+                ''.join(json.dumps(r) + '\n' for r in rows))
+    return visits, cut
 
 
 def row(kind: str, budget: int | None, placement: Placement, profile: Profile,
@@ -267,6 +355,10 @@ def main() -> int:
                     help='measure only sweep rows with at least this many resident LM layers')
     ap.add_argument('--warmup', type=int, default=1)
     ap.add_argument('--runs', type=int, default=3)
+    ap.add_argument('--order', choices=('rounds', 'rows'), default='rounds',
+                    help='rounds (default): one timed run of every row per round, --runs rounds, '
+                         'so drift over minutes (link rate, CPU) falls on all rows alike; '
+                         'rows: all runs of a row back to back (runs 1-7)')
     ap.add_argument('--frames', choices=('model', 'raw'), default='model',
                     help="camera frames already at the model's size, as the node delivers them "
                          "(default), or raw 1080p, resized in every timed inference (runs 3-4)")
@@ -296,7 +388,7 @@ def main() -> int:
         LOG.info('report of %d rows', len(rows))
         return 0 if report(out, profile, workload, rows, skipped, None) else 1
     out.mkdir(parents=True, exist_ok=True)
-    from alpamayo_offload.engine import Engine, EngineConfig, EngineError
+    from alpamayo_offload.engine import Engine, EngineConfig
 
     start = time.perf_counter()
     engine = Engine.from_config(EngineConfig(
@@ -317,7 +409,7 @@ def main() -> int:
     workload = Workload(profile.measured_passes('decode'), 10)
     options = PlannerOptions(workload=workload)
     budgets = [int(float(x) * GIB) for x in args.budgets.split(',')]
-    todo: list[tuple[str, int | None, Placement]] = []
+    todo: Todo = []
     if 'budgets' in parts:
         for budget in budgets:
             for kind, result in (('planned', plan(profile, budget, options)),
@@ -332,36 +424,13 @@ def main() -> int:
         ks = {k for k in fits if k % args.sweep_step == 0} | set(fits[-1:])
         for k in sorted(k for k in ks if k >= args.sweep_from):
             todo.append((f'sweep-k{k}', None, Placement.of({'lm': interleaved_indices(k, n_lm)})))
-    rows: list[dict[str, Any]] = []
-    skipped: list[dict[str, Any]] = []
-    row_s: list[float] = []
-    for kind, budget, placement in todo:
-        label = {'kind': kind, 'budget': format_bytes(budget) if budget else '-'}
-        elapsed = time.perf_counter() - start
-        need = statistics.median(row_s) if row_s else 0.0
-        if args.budget_s is not None and elapsed + need > args.budget_s:
-            skipped.append({**label, 'reason': f'time budget (needs ~{need:.0f} s)'})
-            continue
-        t_row = time.perf_counter()
-        try:
-            cap_vram(None)                    # the link probe's buffer is outside the budget
-            before = pinned_h2d_gbps(torch)
-            apply(engine, placement, budget)
-            got = measure(engine, model_input, args.warmup, args.runs)
-            cap_vram(None)
-            got['link_gbps'] = [before, pinned_h2d_gbps(torch)]
-        except EngineError as err:   # a failed row is reported, the others still run
-            skipped.append({**label, 'reason': f'failed: {err}'})
-            LOG.error('%s %s failed: %s', kind, label['budget'], err)
-            continue
-        row_s.append(time.perf_counter() - t_row)
-        got['frames'] = args.frames
-        rows.append(row(kind, budget, placement, profile, workload, got))
-        LOG.info('%s %s: predicted %.3f s measured %.3f s (%+.2f %%)', kind,
-                 rows[-1]['budget'], rows[-1]['predicted_s'], rows[-1]['measured_s'],
-                 100 * rows[-1]['error'])
-        with (out / 'rows.jsonl').open('a') as f:    # kept if the run is cut short
-            f.write(json.dumps(rows[-1]) + '\n')
+    visits, cut = measure_all(engine, model_input, todo, profile, workload, args, start)
+    rows = build_rows(todo, visits, profile, workload, args)
+    skipped = [{'kind': kind, 'budget': format_bytes(budget) if budget else '-',
+                'reason': cut[i]} for i, (kind, budget, _) in enumerate(todo) if not visits[i]]
+    short = [r['kind'] + ' ' + r['budget'] for r in rows if len(r['runs_s']) < args.runs]
+    if short:
+        LOG.warning('fewer than %d runs (time budget): %s', args.runs, ', '.join(short))
     cap_vram(None)
     return 0 if report(out, profile, workload, rows, skipped,
                        time.perf_counter() - start) else 1
