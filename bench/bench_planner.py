@@ -25,7 +25,7 @@ The same terms timed on streamed layers only are kept as the diagnostic profile
 `profile_streamed_calls.json`. Every row records its per-phase timings (median over --runs), so
 the device part is compared apart from host noise.
 
-    python3 bench/bench_planner.py --out $OUT --budget-s 540
+    python3 bench/bench_planner.py --out $OUT --budget-s 460   # the report takes ~60 s more
     .venv/bin/python bench/bench_planner.py --out DIR --report      # from DIR's rows.jsonl
 
 Needs from the engine (beyond docs/design.md): `EngineConfig(instrument=...)`,
@@ -210,7 +210,7 @@ def plot(path: Path, profile: Profile, workload: Workload, rows: list[dict[str, 
     import matplotlib.pyplot as plt
 
     options = PlannerOptions(workload=workload)
-    budgets = [b * GIB / 4 for b in range(16, 4 * 17)]   # 4-16.75 GiB; NaN below the minimum
+    budgets = [b * GIB / 2 for b in range(8, 2 * 17)]    # 4-16.5 GiB; NaN below the minimum
     planned, paper = [], []
     for b in budgets:
         try:
@@ -259,6 +259,21 @@ def _device_error(profile: Profile | None, r: dict[str, Any], workload: Workload
     return (device - r['measured_device_ms']) / r['measured_device_ms']
 
 
+def _steady_error(profile: Profile, r: dict[str, Any], workload: Workload) -> float | None:
+    """The row's error over its phases that do not follow the CPU (None: all of them do).
+
+    A phase whose host issue time nears its GPU time runs at the CPU's speed of the moment,
+    which on the H200 VM moves 20-40 % between minutes (run 8, docs/benchmarks.md section 3);
+    the rest is what one profile can promise.
+    """
+    pred = predict(profile, Placement.of(r['resident'], r['embed_on_host']), workload)
+    steady = [p for p in pred.phases if not p.cpu_sensitive]
+    if not steady:
+        return None
+    measured = sum(r['measured_ms'][p.name] for p in steady)
+    return (sum(p.wall_ms for p in steady) - measured) / measured
+
+
 def report(out: Path, profile: Profile, workload: Workload, rows: list[dict[str, Any]],
            skipped: list[dict[str, Any]], wall_s: float | None) -> bool:
     """Write bench_planner.{json,md,png} from the rows; True when the targets are met.
@@ -275,14 +290,16 @@ def report(out: Path, profile: Profile, workload: Workload, rows: list[dict[str,
                           workload).cpu_sensitive_phases() for r in rows}
     if not rows:
         raise SystemExit(f'no measured rows for {out} (not measured: {skipped}); nothing to report')
+    steady = {id(r): _steady_error(profile, r, workload) for r in rows}
     checks = {
         'max_abs_error': max(abs(r['error']) for r in rows),
         'all_rows_within_1pct': all(abs(r['error']) <= 0.01 for r in rows),
         'max_abs_device_error': max(abs(r['device_error']) for r in rows),
         'device_within_1pct': all(abs(r['device_error']) <= 0.01 for r in rows),
         # Phases whose host issue time nears their GPU time move with the CPU (run 6: +-16 %).
-        'device_within_1pct_unless_cpu_sensitive': all(
-            abs(r['device_error']) <= 0.01 for r in rows if not cpu[id(r)]),
+        'max_abs_steady_phase_error': max((abs(e) for e in steady.values() if e is not None),
+                                          default=None),
+        'steady_phases_within_1pct': all(e is None or abs(e) <= 0.01 for e in steady.values()),
         'planned_not_slower_than_interleaved': all(
             p['measured_s'] <= i['measured_s'] * 1.005 for p in rows if p['kind'] == 'planned'
             for i in rows if i['kind'] == 'interleaved' and i['budget'] == p['budget']),
@@ -299,8 +316,8 @@ def report(out: Path, profile: Profile, workload: Workload, rows: list[dict[str,
              'predicted s | measured s | error | device error | device error, '
              f"{alt[0] if alt else 'other'} host timing | device error, no host terms | "
              "device error at the row's link rate | link GB/s | decode GB/s | "
-             'phases following the CPU |',
-             '|' + '---|' * 16]
+             'phases following the CPU | error of the other phases |',
+             '|' + '---|' * 17]
     for r in rows:
         counts = '/'.join(str(len(r['resident'][m])) for m in ('vit', 'lm', 'expert'))
         lines.append(f"| {r['kind']} | {r['budget']} | {counts} | {r['embed_on_host']} | "
@@ -310,7 +327,8 @@ def report(out: Path, profile: Profile, workload: Workload, rows: list[dict[str,
                      f"{_pct(_device_error(alt[1] if alt else None, r, workload))} | "
                      f"{_pct(_device_error(bare, r, workload))} | "
                      f"{_pct(_device_error(_at_row_link(profile, r), r, workload))} | "
-                     f"{_link(r)} | {_decode_gbps(r)} | {', '.join(cpu[id(r)]) or '-'} |")
+                     f"{_link(r)} | {_decode_gbps(r)} | {', '.join(cpu[id(r)]) or '-'} | "
+                     f"{_pct(steady[id(r)])} |")
     lines.append('')
     lines += [f'- {k}: {v}' for k, v in checks.items()]
     (out / 'bench_planner.md').write_text('\n'.join(lines) + '\n')
