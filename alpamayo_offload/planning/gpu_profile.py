@@ -248,9 +248,7 @@ def host_issue_calls(engine: Any, model_input: Any, sync_every: int = 1
 def _synced_host_ms(torch: Any, engine: Any, model_input: Any) -> float:
     """Pre/postprocessing ms of one inference started on an idle GPU.
 
-    As the node (one inference a timer tick) and `bench_planner.py`'s rows run it. Timed back to
-    back, the term came out 30-37 % above the rows' (H200 runs 6-7, docs/benchmarks.md section
-    3); the profile keeps each run (`host_pre_post_runs_ms`) to tell whether this was why.
+    As the node (one inference a timer tick) and `bench_planner.py`'s rows run it.
     """
     torch.cuda.synchronize()
     timings = engine.infer(model_input).timings
@@ -281,17 +279,18 @@ def add_host_terms(engine: Any, model_input: Any, profile: Profile, runs: int,
 
     Measured on `engine` re-attached pipelined (no VRAM cap): the streaming hooks' time with
     nothing resident, each layer call's own time with as many layers resident as the free VRAM
-    allows (`calibration_placement`; `collect.with_host_terms` says why). The engine is left
-    pipelined with nothing resident (a second `host_issue_calls` may follow).
+    allows (`calibration_placement`; `collect.with_host_terms` says why), then the
+    pre/postprocessing, nothing resident again. Timed first, in the minutes after the
+    instrumented run, that term came out 30-60 % above the rows' of all seven commands of H200
+    runs 6-8; timed last, as `bench/diag/pre_post.py` did, it came out 46 ms, within the rows'
+    medians of 44-58 ms (docs/benchmarks.md section 3). The engine is left pipelined with nothing
+    resident (a second `host_issue_calls` may follow).
     """
     import torch
 
     torch.cuda.set_per_process_memory_fraction(1.0)
     engine.replan(resident={}, mode='pipelined', budget_bytes=None, embed_on_host=False)
     engine.infer(model_input)                                  # warm-up of this attach
-    host = [_synced_host_ms(torch, engine, model_input) for _ in range(max(1, runs))]
-    LOG.info('host pre/postprocess %s ms (profiled run: %.0f ms)',
-             [round(h) for h in host], profile.host_ms)
     streamed = host_issue_calls(engine, model_input, sync_every)
     # Free now, plus the allocator's cached blocks, less what the next inference needs of them.
     free, _total = torch.cuda.mem_get_info()
@@ -308,9 +307,13 @@ def add_host_terms(engine: Any, model_input: Any, profile: Profile, runs: int,
         engine.infer(model_input)                              # warm-up of this attach
         resident_calls = host_issue_calls(engine, model_input, sync_every)
         engine.replan(resident={}, mode='pipelined', budget_bytes=None, embed_on_host=False)
+        engine.infer(model_input)                              # warm-up of this attach
         profile = dataclasses.replace(profile, settings={
             **profile.settings, 'host_timed_resident_layers': {
                 s: len(placement.indices(s)) for s in placement.resident}})
+    host = [_synced_host_ms(torch, engine, model_input) for _ in range(max(1, runs))]
+    LOG.info('host pre/postprocess %s ms (profiled run: %.0f ms)',
+             [round(h) for h in host], profile.host_ms)
     profile = dataclasses.replace(profile, settings={**profile.settings,
                                                      'host_pre_post_runs_ms': host})
     return with_host_terms(profile, streamed, host_ms=statistics.median(host),
