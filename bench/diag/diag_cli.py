@@ -44,6 +44,22 @@ def paper_engine(*, fused_norms: bool, **config: Any) -> Engine:
         fused_norms=fused_norms, **config))
 
 
+def profiled_engine(*, fused_norms: bool) -> tuple[Engine, Any]:
+    """The full-size engine loaded sequential and instrumented, and its profile (before host
+    terms) taken as bench_planner takes it."""
+    import torch
+
+    from alpamayo_offload.planning.gpu_profile import profile_engine
+
+    engine = paper_engine(fused_norms=fused_norms, model='full', device='cuda',
+                          mode='sequential', instrument=True)
+    torch.cuda.synchronize()
+    profile = profile_engine(engine, model='full', loaded_bytes=torch.cuda.memory_allocated(),
+                             warmup=1, settings={'decode_tokens': DECODE_TOKENS,
+                                                 'diffusion_steps': DIFFUSION_STEPS})
+    return engine, profile
+
+
 def synced_runs(engine: Engine, model_input: Any, runs: int) -> list[Any]:
     """`runs` results after one warm-up, each inference started on an idle GPU."""
     import torch

@@ -24,7 +24,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
-from diag_cli import DECODE_TOKENS, DIFFUSION_STEPS, paper_engine, parse_args, synced_runs  # noqa: E402
+from diag_cli import (  # noqa: E402
+    DECODE_TOKENS,
+    DIFFUSION_STEPS,
+    parse_args,
+    profiled_engine,
+    synced_runs,
+)
 
 from alpamayo_offload.engine import Engine  # noqa: E402
 from alpamayo_offload.planning.closed_forms import interleaved_indices  # noqa: E402
@@ -32,7 +38,6 @@ from alpamayo_offload.planning.collect import with_host_terms  # noqa: E402
 from alpamayo_offload.planning.gpu_profile import (  # noqa: E402
     add_host_terms,
     host_issue_calls,
-    profile_engine,
 )
 from alpamayo_offload.planning.predictor import Placement, Workload, predict  # noqa: E402
 from alpamayo_offload.planning.profile import Profile, save_profile  # noqa: E402
@@ -65,12 +70,7 @@ def hooked(engine: Engine, model_input: object, profile: Profile,
 def main() -> None:
     args = parse_args(__doc__)
     start = time.perf_counter()
-    engine = paper_engine(fused_norms=not args.per_op_norms, model='full', device='cuda',
-                          mode='sequential', instrument=True)
-    torch.cuda.synchronize()
-    profile = profile_engine(engine, model='full', loaded_bytes=torch.cuda.memory_allocated(),
-                             warmup=1, settings={'decode_tokens': DECODE_TOKENS,
-                                                       'diffusion_steps': DIFFUSION_STEPS})
+    engine, profile = profiled_engine(fused_norms=not args.per_op_norms)
     model_input = engine.example_input(presized=True)
     synced = add_host_terms(engine, model_input, profile, args.runs, sync_every=1)
     unsynced = with_host_terms(synced, host_issue_calls(engine, model_input, sync_every=8))

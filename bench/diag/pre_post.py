@@ -4,7 +4,8 @@ In runs 6-8 of bench_planner (H200, 2026-11-30) the profile's term (median of 3 
 taken in `add_host_terms`, synced since run 8) was 74-79 ms while the rows measured 43-63 ms
 later in the same process. One command, uncapped, the paper's workload, in the bench's order:
 
-1. the profile as bench_planner takes it, its term over --runs inferences;
+1. the profile as bench_planner takes it, its term over --runs inferences (timed first in
+   `add_host_terms` when run 8 ran this, 2026-11-30 06:36 UTC; timed last since 077734f);
 2. nothing resident (the profile's own plan) again, --runs synced inferences;
 3. 30 of 36 LM layers resident, --runs synced inferences, every other one with Python's
    garbage collector off: whether collections of the objects a big plan holds land in
@@ -22,10 +23,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
-from diag_cli import DECODE_TOKENS, DIFFUSION_STEPS, paper_engine, parse_args  # noqa: E402
+from diag_cli import parse_args, profiled_engine  # noqa: E402
 
 from alpamayo_offload.planning.closed_forms import interleaved_indices  # noqa: E402
-from alpamayo_offload.planning.gpu_profile import add_host_terms, profile_engine  # noqa: E402
+from alpamayo_offload.planning.gpu_profile import add_host_terms  # noqa: E402
 
 
 def pre_post_ms(engine: object, model_input: object) -> tuple[float, float]:
@@ -38,12 +39,7 @@ def pre_post_ms(engine: object, model_input: object) -> tuple[float, float]:
 def main() -> None:
     args = parse_args(__doc__, runs=6)
     start = time.perf_counter()
-    engine = paper_engine(fused_norms=not args.per_op_norms, model='full', device='cuda',
-                          mode='sequential', instrument=True)
-    torch.cuda.synchronize()
-    profile = profile_engine(engine, model='full', loaded_bytes=torch.cuda.memory_allocated(),
-                             warmup=1, settings={'decode_tokens': DECODE_TOKENS,
-                                                 'diffusion_steps': DIFFUSION_STEPS})
+    engine, profile = profiled_engine(fused_norms=not args.per_op_norms)
     model_input = engine.example_input(presized=True)
     profile = add_host_terms(engine, model_input, profile, args.runs)
     found = {'profile_runs_ms': profile.settings['host_pre_post_runs_ms'],

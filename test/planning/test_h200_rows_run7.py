@@ -9,32 +9,16 @@ from __future__ import annotations
 
 import json
 import statistics
-from pathlib import Path
 from typing import Any
 
 import pytest
+from h200_results import RESULTS, Run, assert_reproduces_plans_and_predictions, profile
 
-from alpamayo_offload.planning.planner import PlannerOptions, plan
-from alpamayo_offload.planning.predictor import Placement, Prediction, Workload, predict
-from alpamayo_offload.planning.profile import Profile, load_profile
+from alpamayo_offload.planning.profile import Profile
 
-RUN = Path(__file__).resolve().parents[2] / 'docs' / 'results' / '2026-11-30-h200' / 'run7'
+RUN = Run('run7')
 PER_OP, FUSED = ('sweep_per_op_norms',), ('planner_a', 'planner_b')
 GIB = 2**30
-
-
-def _rows(part: str) -> list[dict[str, Any]]:
-    return json.loads((RUN / part / 'bench_planner.json').read_text())['rows']
-
-
-def _profile(part: str) -> Profile:
-    return load_profile(RUN / part / 'profile.json')[0]
-
-
-def _predict(part: str, row: dict[str, Any]) -> Prediction:
-    profile = _profile(part)
-    return predict(profile, Placement.of(row['resident'], row['embed_on_host']),
-                   Workload(profile.measured_passes('decode'), 10))
 
 
 def _lm(row: dict[str, Any]) -> int:
@@ -43,20 +27,12 @@ def _lm(row: dict[str, Any]) -> int:
 
 @pytest.mark.parametrize('part', PER_OP + FUSED)
 def test_the_committed_profiles_reproduce_every_plan_and_prediction(part: str) -> None:
-    profile = _profile(part)
-    work = Workload(profile.measured_passes('decode'), 10)
-    for row in _rows(part):
-        assert _predict(part, row).total_s == pytest.approx(row['predicted_s'], rel=1e-12)
-        if row['kind'] == 'planned':
-            got = plan(profile, row['budget_bytes'], PlannerOptions(workload=work)).placement
-            assert got.embed_on_host == row['embed_on_host']
-            assert {s: set(got.indices(s)) for s in row['resident']} == {
-                s: set(v) for s, v in row['resident'].items()}
+    assert_reproduces_plans_and_predictions(RUN.path / part)
 
 
 def test_profiles_name_their_norms_and_fused_ones_issue_less() -> None:
     """Host issue time of a whole LM decode pass 29.4 -> 24.7 ms, a diffusion step 31.8 -> 26.8."""
-    per_op, fused = _profile('sweep_per_op_norms'), _profile('planner_a')
+    per_op, fused = RUN.profile('sweep_per_op_norms'), RUN.profile('planner_a')
     assert per_op.machine.kernel_settings == 'deterministic=False, CUBLAS_WORKSPACE_CONFIG=default'
     assert fused.machine.kernel_settings.endswith('norms=fused')
 
@@ -69,8 +45,8 @@ def test_profiles_name_their_norms_and_fused_ones_issue_less() -> None:
 
 def test_fused_norms_bring_the_near_resident_sweep_rows_within_about_one_percent() -> None:
     """k = 30, 31 with op-by-op norms: -5.2 / -2.8 %; fused: +0.7 / +1.2 % (device +-0.2 %)."""
-    per_op = {_lm(r): r for r in _rows('sweep_per_op_norms')}
-    fused = {_lm(r): r for r in _rows('planner_a') if r['kind'].startswith('sweep')}
+    per_op = {_lm(r): r for r in RUN.rows('sweep_per_op_norms')}
+    fused = {_lm(r): r for r in RUN.rows('planner_a') if r['kind'].startswith('sweep')}
     assert min(per_op[k]['error'] for k in (30, 31)) < -0.025
     assert max(abs(fused[k]['error']) for k in (30, 31)) < 0.012
     assert max(abs(fused[k]['device_error']) for k in (30, 31)) < 0.002
@@ -80,15 +56,15 @@ def test_fused_norms_bring_the_near_resident_sweep_rows_within_about_one_percent
 def test_cpu_sensitive_flag_covers_every_near_resident_miss() -> None:
     """Op-by-op k = 30 missed by 6 % (device) at a host share of 0.76: the threshold is 0.75."""
     for part in PER_OP + FUSED:
-        for row in _rows(part):
+        for row in RUN.rows(part):
             if _lm(row) >= 30 and abs(row['device_error']) > 0.01:
-                assert 'decode' in _predict(part, row).cpu_sensitive_phases(), row['kind']
-    k30 = next(r for r in _rows('planner_a') if r['kind'] == 'sweep-k30')
-    assert _predict('planner_a', k30).cpu_sensitive_phases() == ()   # fused: host share 0.67
+                assert 'decode' in RUN.predict(part, row).cpu_sensitive_phases(), row['kind']
+    k30 = next(r for r in RUN.rows('planner_a') if r['kind'] == 'sweep-k30')
+    assert RUN.predict('planner_a', k30).cpu_sensitive_phases() == ()   # fused: host share 0.67
 
 
 def test_fused_rows_within_two_percent_and_most_within_one() -> None:
-    rows = [r for part in FUSED for r in _rows(part)]
+    rows = [r for part in FUSED for r in RUN.rows(part)]
     assert len(rows) == 17
     assert max(abs(r['error']) for r in rows) < 0.02
     assert sum(abs(r['error']) <= 0.01 for r in rows) == 14
@@ -96,13 +72,13 @@ def test_fused_rows_within_two_percent_and_most_within_one() -> None:
 
 def test_one_plan_measured_twice_in_one_process_differs_by_more_than_the_target() -> None:
     """10 GiB interleaved and sweep k = 14 are the same plan: 4.505 and 4.386 s (2.7 %)."""
-    b = _rows('planner_b')
+    b = RUN.rows('planner_b')
     twice = [r['measured_s'] for r in b if _lm(r) == 14 and not r['resident']['vit']]
     assert len(twice) == 2 and max(twice) / min(twice) > 1.02
 
 
 def test_planner_beats_the_papers_plan_by_at_least_eight_percent_at_every_budget() -> None:
-    rows = [r for part in FUSED for r in _rows(part) if r['budget_bytes']]
+    rows = [r for part in FUSED for r in RUN.rows(part) if r['budget_bytes']]
     for budget in (8, 10, 12, 14, 16):
         got = {r['kind']: r['measured_s'] for r in rows if r['budget_bytes'] == budget * GIB}
         assert got['planned'] < 0.92 * got['interleaved'], budget
@@ -113,9 +89,9 @@ def test_planner_beats_the_papers_plan_by_at_least_eight_percent_at_every_budget
 def test_the_back_to_back_host_term_was_a_third_above_the_rows(folder: str) -> None:
     """Profile pre/postprocessing 57-78 ms against row medians of 44-58 ms: 30-37 % high, which
     alone put 16 GiB interleaved and k = 31 over 1 % end to end (device +0.16 / +0.14 %)."""
-    path = RUN.parent / folder
-    profile = load_profile(path / 'profile.json')[0]
+    path = RESULTS / folder
+    prof = profile(path)
     rows = [json.loads(line) for line in (path / 'rows.jsonl').read_text().splitlines()]
     steady = statistics.median(r['measured_ms']['preprocess'] + r['measured_ms']['postprocess']
                                for r in rows)
-    assert 1.28 < profile.host_ms / steady < 1.4
+    assert 1.28 < prof.host_ms / steady < 1.4
