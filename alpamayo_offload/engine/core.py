@@ -25,6 +25,7 @@ from ..model import (
     TokenizerDirEncoder,
     fuse_rms_norms,
     prepare_inputs,
+    roll_rotary,
     run_inference,
 )
 from ..runtime import (
@@ -91,6 +92,7 @@ class Engine:
             model, source = _load_model(config, device)
             if config.fused_norms:
                 fuse_rms_norms(model)
+            roll_rotary(model)                  # bit-identical, fewer ops (model/rope.py)
             encoder: TextEncoder
             if config.tokenizer_dir:
                 encoder = TokenizerDirEncoder(config.tokenizer_dir)

@@ -4,7 +4,8 @@ Near-resident passes are host-bound on the H200 (docs/benchmarks.md section 3, r
 issues each layer's kernels one by one, about 0.9 ms a LM layer call in decode against ~0.3 ms of
 GPU compute. The op count is what that host time scales with and does not depend on the
 layer's size, so the tiny preset on this CPU gives the full model's count. Views (no kernel) are
-counted apart.
+counted apart. It watches each sequence's second layer, as most layers are: the first layer of a
+pass also derives the pass's rotary tensors (model/rope.py, 6 ops).
 
     .venv/bin/python bench/diag/layer_ops.py
 """
@@ -58,7 +59,7 @@ def main() -> None:
         max_decode_tokens=4, diffusion_steps=2))
     sequences = engine.model.layer_sequences()
     calls: dict[str, list[collections.Counter[str]]] = {name: [] for name in sequences}
-    handles = [h for name, layers in sequences.items() for h in watch(layers[0], calls[name])]
+    handles = [h for name, layers in sequences.items() for h in watch(layers[1], calls[name])]
     engine.infer(engine.example_input(presized=True))
     for h in handles:
         h.remove()

@@ -121,12 +121,15 @@ import json, sys
 import torch
 from safetensors.torch import load_file
 from alpamayo_offload.model import (DecodeOptions, SyntheticTextIds, fuse_rms_norms,
-                                    inputs_from_processed, load_checkpoint, run_inference)
+                                    inputs_from_processed, load_checkpoint, roll_rotary,
+                                    run_inference)
 torch.set_num_threads(1)
 fx = sys.argv[1]
 m = load_checkpoint(fx, dtype=torch.float32)
-if sys.argv[3] == 'fused':
+if sys.argv[3].startswith('fused'):
     assert fuse_rms_norms(m) == 4 * (3 + 3) + 2
+if sys.argv[3].endswith('rolled rotary'):
+    assert roll_rotary(m) == 3 + 3
 inp, out = load_file(fx + '/e2e_inputs.safetensors'), load_file(fx + '/e2e_outputs.safetensors')
 mi = inputs_from_processed(inp['pixel_values'], inp['image_grid_thw'], inp['ego_history_xyz'][:, 0],
                            inp['ego_history_rot'][:, 0], m.cfg, SyntheticTextIds(),
@@ -144,11 +147,12 @@ print(json.dumps(res))
 """
 
 
-@pytest.mark.parametrize('norms', ['per-op', 'fused'])
+@pytest.mark.parametrize('norms', ['per-op', 'fused', 'fused, rolled rotary'])
 def test_e2e_full_chain_reproduces_goldens(official_dir, norms: str) -> None:
     """Full rollout (cases a, b, c) with injected noise, under AVX2 kernel dispatch.
 
-    Both norm paths: the engine fuses RMSNorms by default (model/norms.py).
+    Both norm paths, and the engine's default: fused RMSNorms (model/norms.py) with the rolled
+    rotary embedding (model/rope.py).
 
     The goldens come from an AVX2 CPU. On AVX-512 the float32 GEMM/conv kernels differ by ~1 ulp
     and the 10-step chain amplifies that through the 100 Hz Fourier features past 1e-3 (a: 4e-3).

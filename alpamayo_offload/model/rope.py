@@ -1,0 +1,84 @@
+"""Qwen3-VL's text rotary embedding in 8 ops a layer instead of 16, with the same bits.
+
+Decode and diffusion passes with resident layers are bound by the host issuing kernels (H200
+runs 6-8, docs/benchmarks.md section 3), and transformers' `apply_rotary_pos_emb` issues 16 of a
+decoder layer's 54 ops: two unsqueezes, then slice, slice, neg, cat, mul, mul, add for each of
+q and k. `rotate_half(x) * sin` equals `roll(x, half) * sin'` with sin' = cat(-sin1, sin2)
+element for element ((-a) * b and a * (-b) round alike), and the sum keeps its operands and
+order, so the output is bit-identical on any device. sin' and the unsqueezed cos are built once
+per pass: every layer of a pass gets the same (cos, sin) tensors.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+from transformers.models.qwen3_vl.modeling_qwen3_vl import (
+    ALL_ATTENTION_FUNCTIONS,
+    Qwen3VLTextAttention,
+    eager_attention_forward,
+)
+
+
+class PassRotary:
+    """(cos, sin') broadcast over heads, derived once from the pass's (cos, sin)."""
+
+    def __init__(self) -> None:
+        # (cos, sin) of the pass, then what was derived from them
+        self._last: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+
+    def get(self, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Return cos and sin' unsqueezed on the head dimension; derive them on a new pass.
+
+        Holding the pass's tensors keeps their identity unique until the next pass replaces them.
+        """
+        if self._last is None or self._last[0] is not cos or self._last[1] is not sin:
+            half = sin.shape[-1] // 2
+            signed = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
+            self._last = (cos, sin, cos.unsqueeze(1), signed.unsqueeze(1))
+        return self._last[2], self._last[3]
+
+
+class RolledRotaryAttention(Qwen3VLTextAttention):
+    """Qwen3VLTextAttention with the rotary embedding applied by `roll` (module docstring)."""
+
+    pass_rotary: PassRotary
+
+    def forward(self, hidden_states: torch.Tensor,
+                position_embeddings: tuple[torch.Tensor, torch.Tensor],
+                attention_mask: torch.Tensor | None, past_key_values: Any = None,
+                **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Project, normalise q and k per head, rotate, update the cache, attend, project out."""
+        input_shape = hidden_states.shape[:-1]
+        hidden_shape = (*input_shape, -1, self.head_dim)
+        query = self.q_norm(self.q_proj(hidden_states).view(hidden_shape)).transpose(1, 2)
+        key = self.k_norm(self.k_proj(hidden_states).view(hidden_shape)).transpose(1, 2)
+        value = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        cos, signed_sin = self.pass_rotary.get(*position_embeddings)
+        half = self.head_dim // 2
+        query = query * cos + query.roll(half, dims=-1) * signed_sin
+        key = key * cos + key.roll(half, dims=-1) * signed_sin
+        if past_key_values is not None:
+            key, value = past_key_values.update(key, value, self.layer_idx)
+        attend = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation,
+                                                       eager_attention_forward)
+        out, weights = attend(self, query, key, value, attention_mask,
+                              dropout=0.0 if not self.training else self.attention_dropout,
+                              scaling=self.scaling, **kwargs)
+        return self.o_proj(out.reshape(*input_shape, -1).contiguous()), weights
+
+
+def roll_rotary(model: nn.Module) -> int:
+    """Switch every Qwen3VLTextAttention in `model` to `RolledRotaryAttention`; return how many.
+
+    Only the class changes (weights and checkpoint keys stay). The layers share one
+    `PassRotary`: the language model's and the expert's passes never interleave, and a pass's
+    own tensors are what it keys on.
+    """
+    shared = PassRotary()
+    attentions = [m for m in model.modules() if type(m) is Qwen3VLTextAttention]
+    for m in attentions:
+        m.__class__ = RolledRotaryAttention
+        m.pass_rotary = shared
+    return len(attentions)
