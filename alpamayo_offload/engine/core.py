@@ -27,6 +27,7 @@ from ..model import (
     prepare_inputs,
     roll_rotary,
     run_inference,
+    sync_vision_once,
 )
 from ..runtime import (
     LayerFootprint,
@@ -93,6 +94,7 @@ class Engine:
             if config.fused_norms:
                 fuse_rms_norms(model)
             roll_rotary(model)                  # bit-identical, fewer ops (model/rope.py)
+            sync_vision_once(model)             # bit-identical, no sync a block
             encoder: TextEncoder
             if config.tokenizer_dir:
                 encoder = TokenizerDirEncoder(config.tokenizer_dir)

@@ -21,15 +21,15 @@ from .norms import FusedRMSNorm, fuse_rms_norms
 from .observer import NullObserver, PhaseObserver
 from .rope import RolledRotaryAttention, roll_rotary
 from .tokens import SyntheticTextIds, TextEncoder, TokenizerDirEncoder
+from .vision_attention import OneSyncVisionAttention, sync_vision_once
 
 __all__ = [
     "AlpamayoConfig", "AlpamayoR1", "CheckpointError", "CheckpointTensorSource", "ConfigError",
     "DecodeOptions", "FusedRMSNorm", "ImageSizing", "InferenceResult", "ModelError",
-    "ModelInputError", "ModelInputs", "NullObserver", "PhaseObserver", "RolledRotaryAttention",
-    "Rollout",
-    "SyntheticTextIds", "TextEncoder", "TokenizerDirEncoder", "build_meta", "build_random",
-    "full_config", "inputs_from_processed", "fuse_rms_norms", "load_checkpoint",
-    "materialize_random", "prepare_inputs", "preset", "roll_rotary", "run_inference",
-    "save_checkpoint",
-    "scaled_config", "tiny_config", "to_t0_frame",
+    "ModelInputError", "ModelInputs", "NullObserver", "OneSyncVisionAttention", "PhaseObserver",
+    "RolledRotaryAttention", "Rollout", "SyntheticTextIds", "TextEncoder", "TokenizerDirEncoder",
+    "build_meta", "build_random", "full_config", "fuse_rms_norms", "inputs_from_processed",
+    "load_checkpoint", "materialize_random", "prepare_inputs", "preset", "roll_rotary",
+    "run_inference", "save_checkpoint", "scaled_config", "sync_vision_once", "tiny_config",
+    "to_t0_frame",
 ]
