@@ -371,8 +371,9 @@ def main() -> int:
     ap.add_argument('--sweep-step', type=int, default=5)
     ap.add_argument('--sweep-from', type=int, default=0,
                     help='measure only sweep rows with at least this many resident LM layers')
-    ap.add_argument('--warmup', type=int, default=1)
-    ap.add_argument('--runs', type=int, default=3)
+    ap.add_argument('--warmup', type=int, default=1,
+                    help='untimed inferences after each attach of a plan (each visit)')
+    ap.add_argument('--runs', type=int, default=3, help='timed inferences per row')
     ap.add_argument('--order', choices=('rounds', 'rows'), default='rounds',
                     help='rounds (default): one timed run of every row per round, --runs rounds, '
                          'so drift over minutes (link rate, CPU) falls on all rows alike; '
