@@ -394,6 +394,9 @@ def main() -> int:
     parts = set(args.parts.split(','))
     if not parts or not parts <= PARTS:
         ap.error(f'--parts {args.parts!r}: give one or more of {sorted(PARTS)}, comma separated')
+    if args.runs < 1 or args.warmup < 0:
+        ap.error(f'--runs {args.runs} --warmup {args.warmup}: give at least 1 run, no negative '
+                 'warm-up')
     if args.report:
         try:
             profile, _ = load_profile(out / 'profile.json')

@@ -15,6 +15,8 @@ import torch.nn.functional as F  # noqa: N812
 from torch import nn
 from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLTextRMSNorm
 
+from .class_swap import swap_class
+
 
 class FusedRMSNorm(Qwen3VLTextRMSNorm):
     """Qwen3VLTextRMSNorm (normalise in float32, cast back, times the weight) via `F.rms_norm`."""
@@ -27,11 +29,5 @@ class FusedRMSNorm(Qwen3VLTextRMSNorm):
 
 
 def fuse_rms_norms(model: nn.Module) -> int:
-    """Switch every Qwen3VLTextRMSNorm in `model` to `FusedRMSNorm` in place; return how many.
-
-    Only the class changes: weights, checkpoint keys and the runtime's view stay as they are.
-    """
-    norms = [m for m in model.modules() if type(m) is Qwen3VLTextRMSNorm]
-    for m in norms:
-        m.__class__ = FusedRMSNorm
-    return len(norms)
+    """Switch every Qwen3VLTextRMSNorm in `model` to `FusedRMSNorm` in place; return how many."""
+    return swap_class(model, Qwen3VLTextRMSNorm, FusedRMSNorm)

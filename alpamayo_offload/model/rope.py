@@ -20,6 +20,8 @@ from transformers.models.qwen3_vl.modeling_qwen3_vl import (
     eager_attention_forward,
 )
 
+from .class_swap import swap_class
+
 
 class PassRotary:
     """(cos, sin') broadcast over heads, derived once from the pass's (cos, sin)."""
@@ -70,15 +72,10 @@ class RolledRotaryAttention(Qwen3VLTextAttention):
 
 
 def roll_rotary(model: nn.Module) -> int:
-    """Switch every Qwen3VLTextAttention in `model` to `RolledRotaryAttention`; return how many.
+    """Switch every Qwen3VLTextAttention in `model` to `RolledRotaryAttention`; count them.
 
-    Only the class changes (weights and checkpoint keys stay). The layers share one
-    `PassRotary`: the language model's and the expert's passes never interleave, and a pass's
-    own tensors are what it keys on.
+    The layers share one `PassRotary`: a pass's own tensors are what it keys on, and the
+    language model's and the expert's passes never interleave, so nothing is derived twice.
     """
-    shared = PassRotary()
-    attentions = [m for m in model.modules() if type(m) is Qwen3VLTextAttention]
-    for m in attentions:
-        m.__class__ = RolledRotaryAttention
-        m.pass_rotary = shared
-    return len(attentions)
+    return swap_class(model, Qwen3VLTextAttention, RolledRotaryAttention,
+                      pass_rotary=PassRotary())

@@ -22,6 +22,8 @@ from transformers.models.qwen3_vl.modeling_qwen3_vl import (
     is_flash_attention_requested,
 )
 
+from .class_swap import swap_class
+
 
 class PassLengths:
     """Per-image token counts of the pass's `cu_seqlens`, read from the device once."""
@@ -72,12 +74,7 @@ class OneSyncVisionAttention(Qwen3VLVisionAttention):
 def sync_vision_once(model: nn.Module) -> int:
     """Switch every Qwen3VLVisionAttention in `model` to `OneSyncVisionAttention`; count them.
 
-    Only the class changes (weights and checkpoint keys stay); the blocks share one
-    `PassLengths`.
+    The blocks share one `PassLengths`.
     """
-    shared = PassLengths()
-    attentions = [m for m in model.modules() if type(m) is Qwen3VLVisionAttention]
-    for m in attentions:
-        m.__class__ = OneSyncVisionAttention
-        m.pass_lengths = shared
-    return len(attentions)
+    return swap_class(model, Qwen3VLVisionAttention, OneSyncVisionAttention,
+                      pass_lengths=PassLengths())

@@ -3,11 +3,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
 
-from alpamayo_offload.model import AlpamayoR1, build_random, load_checkpoint, tiny_config
+from alpamayo_offload.model import (
+    AlpamayoR1,
+    ModelInputs,
+    SyntheticTextIds,
+    build_random,
+    load_checkpoint,
+    prepare_inputs,
+    tiny_config,
+)
 
 FIXTURE = (Path(__file__).resolve().parents[2] / '..' / 'shared' / 'fixtures'
            / 'alpamayo-official-tiny')
@@ -44,3 +53,13 @@ def e2e(official_dir: Path) -> tuple[dict[str, torch.Tensor], dict[str, torch.Te
 @pytest.fixture(scope='session')
 def tiny_model() -> AlpamayoR1:
     return build_random(tiny_config(), seed=0)
+
+
+@pytest.fixture(scope='session')
+def tiny_inputs() -> ModelInputs:
+    """Prepared inputs for the tiny preset: 16 small random frames, a straight 8 m/s history."""
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, size=(4, 4, 81, 144, 3), dtype=np.uint8)
+    xyz = np.stack([np.arange(-15, 1) * 0.8, np.zeros(16), np.zeros(16)], -1)
+    rot = np.broadcast_to(np.eye(3), (16, 3, 3)).copy()
+    return prepare_inputs(images, xyz, rot, tiny_config(), SyntheticTextIds())

@@ -4,7 +4,6 @@ from __future__ import annotations
 import collections
 from typing import Any
 
-import numpy as np
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -14,10 +13,8 @@ from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLTextAttention
 from alpamayo_offload.model import (
     DecodeOptions,
     RolledRotaryAttention,
-    SyntheticTextIds,
     build_random,
     fuse_rms_norms,
-    prepare_inputs,
     roll_rotary,
     run_inference,
     tiny_config,
@@ -34,14 +31,6 @@ class OpCount(TorchDispatchMode):
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         self.n += 1
         return func(*args, **(kwargs or {}))
-
-
-def _inputs(model: Any) -> Any:
-    rng = np.random.default_rng(0)
-    images = rng.integers(0, 256, size=(4, 4, 81, 144, 3), dtype=np.uint8)
-    xyz = np.stack([np.arange(-15, 1) * 0.8, np.zeros(16), np.zeros(16)], -1)
-    rot = np.broadcast_to(np.eye(3), (16, 3, 3)).copy()
-    return prepare_inputs(images, xyz, rot, model.cfg, SyntheticTextIds())
 
 
 def test_rolling_swaps_every_text_attention_and_keeps_the_weights() -> None:
@@ -82,7 +71,8 @@ def test_attention_is_bit_identical_to_transformers_in_prefill_and_decode(
 
 
 @pytest.mark.parametrize('fused_norms', [False, True])
-def test_whole_inference_is_bit_identical_with_rolled_rotary(fused_norms: bool) -> None:
+def test_whole_inference_is_bit_identical_with_rolled_rotary(fused_norms: bool,
+                                                              tiny_inputs: Any) -> None:
     """Tokens, trajectory and every sample: the swap changes no number."""
     torch.set_num_threads(1)
     plain, rolled = build_random(tiny_config(), seed=0), build_random(tiny_config(), seed=0)
@@ -90,7 +80,7 @@ def test_whole_inference_is_bit_identical_with_rolled_rotary(fused_norms: bool) 
         fuse_rms_norms(plain)
         fuse_rms_norms(rolled)
     roll_rotary(rolled)
-    inputs = _inputs(plain)
+    inputs = tiny_inputs
     opts = DecodeOptions(fixed_decode_tokens=8, num_samples=2)
     a = run_inference(plain, inputs, 'cpu', opts, diffusion_noise=None)
     b = run_inference(rolled, inputs, 'cpu', opts, diffusion_noise=None)
@@ -98,7 +88,7 @@ def test_whole_inference_is_bit_identical_with_rolled_rotary(fused_norms: bool) 
     assert torch.equal(a.xyz, b.xyz) and torch.equal(a.rot, b.rot)
 
 
-def _ops_per_lm_layer_call(model: Any) -> dict[int, list[int]]:
+def _ops_per_lm_layer_call(model: Any, inputs: Any) -> dict[int, list[int]]:
     """ATen ops of every LM layer call of one inference (as the engine runs it), by layer."""
     seen: dict[int, list[int]] = collections.defaultdict(list)
     active: list[OpCount] = []
@@ -118,18 +108,19 @@ def _ops_per_lm_layer_call(model: Any) -> dict[int, list[int]]:
                for h in (layer.register_forward_pre_hook(pre),
                          layer.register_forward_hook(post_of(i)))]
     with torch.inference_mode():
-        run_inference(model, _inputs(model), 'cpu', DecodeOptions(fixed_decode_tokens=3))
+        run_inference(model, inputs, 'cpu', DecodeOptions(fixed_decode_tokens=3))
     for h in handles:
         h.remove()
     return seen
 
 
-def test_a_decode_layer_call_issues_eight_fewer_ops() -> None:
+def test_a_decode_layer_call_issues_eight_fewer_ops(tiny_inputs: Any) -> None:
     """54 -> 46 ATen ops for a layer past the pass's first (which also derives cos and sin')."""
     plain, rolled = build_random(tiny_config(), seed=0), build_random(tiny_config(), seed=0)
     fuse_rms_norms(plain)
     fuse_rms_norms(rolled)
     roll_rotary(rolled)
-    before, after = _ops_per_lm_layer_call(plain), _ops_per_lm_layer_call(rolled)
+    before = _ops_per_lm_layer_call(plain, tiny_inputs)
+    after = _ops_per_lm_layer_call(rolled, tiny_inputs)
     assert before[1][-1] == 54 and after[1][-1] == 46
     assert after[0][-1] == 46 + 6            # the pass's first layer derives cos and sin'

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import pytest
 import torch
 from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLVisionAttention
@@ -12,21 +11,11 @@ from alpamayo_offload.model import (
     DecodeOptions,
     OneSyncVisionAttention,
     Rollout,
-    SyntheticTextIds,
     build_random,
-    prepare_inputs,
     run_inference,
     sync_vision_once,
     tiny_config,
 )
-
-
-def _inputs(model: Any) -> Any:
-    rng = np.random.default_rng(1)
-    images = rng.integers(0, 256, size=(4, 4, 81, 144, 3), dtype=np.uint8)
-    xyz = np.stack([np.arange(-15, 1) * 0.8, np.zeros(16), np.zeros(16)], -1)
-    rot = np.broadcast_to(np.eye(3), (16, 3, 3)).copy()
-    return prepare_inputs(images, xyz, rot, model.cfg, SyntheticTextIds())
 
 
 def test_the_swap_covers_every_vision_block_and_keeps_the_weights() -> None:
@@ -43,10 +32,10 @@ def test_the_swap_covers_every_vision_block_and_keeps_the_weights() -> None:
 
 @pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float32])
 def test_vision_encoding_is_bit_identical_and_reads_the_lengths_once(
-        dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch) -> None:
+        dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch, tiny_inputs: Any) -> None:
     plain, once = build_random(tiny_config(), seed=0), build_random(tiny_config(), seed=0)
     sync_vision_once(once)
-    inputs = _inputs(plain)
+    inputs = tiny_inputs
     reads = {'n': 0}
     tolist = torch.Tensor.tolist
 
@@ -69,11 +58,11 @@ def test_vision_encoding_is_bit_identical_and_reads_the_lengths_once(
     assert got['plain reads'] - got['once reads'] == 3 * blocks - 1
 
 
-def test_whole_inference_is_bit_identical_with_one_read_a_pass() -> None:
+def test_whole_inference_is_bit_identical_with_one_read_a_pass(tiny_inputs: Any) -> None:
     torch.set_num_threads(1)
     plain, once = build_random(tiny_config(), seed=0), build_random(tiny_config(), seed=0)
     sync_vision_once(once)
-    inputs = _inputs(plain)
+    inputs = tiny_inputs
     opts = DecodeOptions(fixed_decode_tokens=8, num_samples=2)
     a = run_inference(plain, inputs, 'cpu', opts)
     b = run_inference(once, inputs, 'cpu', opts)
