@@ -20,6 +20,7 @@ from typing import Any
 from alpamayo_offload.planning.collect import (
     build_profile,
     model_identity,
+    with_fitted_tails,
     with_footprints,
     with_host_terms,
 )
@@ -245,13 +246,16 @@ def host_issue_calls(engine: Any, model_input: Any, sync_every: int = 1
     return records
 
 
-def _synced_host_ms(torch: Any, engine: Any, model_input: Any) -> float:
-    """Pre/postprocessing ms of one inference started on an idle GPU.
+def _synced_timings(torch: Any, engine: Any, model_input: Any) -> dict[str, float]:
+    """Stage timings (s) of one inference started on an idle GPU.
 
     As the node (one inference a timer tick) and `bench_planner.py`'s rows run it.
     """
     torch.cuda.synchronize()
-    timings = engine.infer(model_input).timings
+    return dict(engine.infer(model_input).timings)
+
+
+def _pre_post_ms(timings: dict[str, float]) -> float:
     return 1000 * (timings['preprocess'] + timings['postprocess'])
 
 
@@ -275,16 +279,21 @@ def calibration_placement(profile: Profile, spare_bytes: int) -> Placement | Non
 
 def add_host_terms(engine: Any, model_input: Any, profile: Profile, runs: int,
                    sync_every: int = 1) -> Profile:
-    """Return `profile` with steady host pre/postprocessing and per-call host issue times.
+    """Return `profile` with steady host terms, fitted non-layer times and a settled link rate.
 
     Measured on `engine` re-attached pipelined (no VRAM cap): the streaming hooks' time with
-    nothing resident, each layer call's own time with as many layers resident as the free VRAM
-    allows (`calibration_placement`; `collect.with_host_terms` says why), then the
-    pre/postprocessing, nothing resident again. Timed first, in the minutes after the
-    instrumented run, that term came out 30-60 % above the rows' of all seven commands of H200
-    runs 6-8; timed last, as `bench/diag/pre_post.py` did, it came out 46 ms, within the rows'
-    medians of 44-58 ms (docs/benchmarks.md section 3). The engine is left pipelined with nothing
-    resident (a second `host_issue_calls` may follow).
+    nothing resident; with as many layers resident as the free VRAM allows
+    (`calibration_placement`), the phase walls of `runs` plain inferences, to which the phases'
+    non-layer times are fitted (`collect.with_fitted_tails`), and each layer call's own time
+    (`collect.with_host_terms` says why); then the pre/postprocessing, nothing resident again.
+    Timed first, in the minutes after the instrumented run, that term came out 30-60 % above
+    the rows' of all seven commands of H200 runs 6-8; timed last, as `bench/diag/pre_post.py`
+    did, it came out 46 ms, within the rows' medians of 44-58 ms (docs/benchmarks.md section 3).
+    The pinned copy rate is probed again after the resident runs and at the end, and the
+    highest of the three probes kept: single probes dip by up to 1.4 % for a while (run 9: the
+    profile's 54.87 GB/s against the rows' 55.3-55.5, every copy-bound phase predicted 1 %
+    slow). The engine is left pipelined with nothing resident (a second `host_issue_calls` may
+    follow).
     """
     import torch
 
@@ -298,6 +307,8 @@ def add_host_terms(engine: Any, model_input: Any, profile: Profile, runs: int,
              - profile.vram.working_set_bytes - _CALIBRATION_MARGIN)
     placement = calibration_placement(profile, spare)
     resident_calls: list[dict[str, Any]] = []
+    walls: dict[str, float] = {}
+    probes = [profile.machine.pinned_h2d_gbps]
     if placement is None:
         LOG.warning('no VRAM to time host calls on resident layers: the profile charges every '
                     'layer its streamed host time (over-states near-resident plans)')
@@ -305,16 +316,25 @@ def add_host_terms(engine: Any, model_input: Any, profile: Profile, runs: int,
         engine.replan(resident={s: placement.indices(s) for s in placement.resident},
                       mode='pipelined', budget_bytes=None, embed_on_host=False)
         engine.infer(model_input)                              # warm-up of this attach
+        timings = [_synced_timings(torch, engine, model_input) for _ in range(max(1, runs))]
+        walls = {p: 1000 * statistics.median(t[p] for t in timings) for p in _PHASES
+                 if p in timings[0]}
+        probes.append(pinned_h2d_gbps(torch))
         resident_calls = host_issue_calls(engine, model_input, sync_every)
         engine.replan(resident={}, mode='pipelined', budget_bytes=None, embed_on_host=False)
         engine.infer(model_input)                              # warm-up of this attach
         profile = dataclasses.replace(profile, settings={
             **profile.settings, 'host_timed_resident_layers': {
                 s: len(placement.indices(s)) for s in placement.resident}})
-    host = [_synced_host_ms(torch, engine, model_input) for _ in range(max(1, runs))]
-    LOG.info('host pre/postprocess %s ms (profiled run: %.0f ms)',
-             [round(h) for h in host], profile.host_ms)
-    profile = dataclasses.replace(profile, settings={**profile.settings,
-                                                     'host_pre_post_runs_ms': host})
-    return with_host_terms(profile, streamed, host_ms=statistics.median(host),
-                           resident_calls=resident_calls)
+    host = [_pre_post_ms(_synced_timings(torch, engine, model_input))
+            for _ in range(max(1, runs))]
+    probes.append(pinned_h2d_gbps(torch))
+    LOG.info('host pre/postprocess %s ms (profiled run: %.0f ms); pinned copy probes %s GB/s',
+             [round(h) for h in host], profile.host_ms, [round(p, 2) for p in probes])
+    profile = dataclasses.replace(
+        profile, machine=dataclasses.replace(profile.machine, pinned_h2d_gbps=max(probes)),
+        settings={**profile.settings, 'host_pre_post_runs_ms': host,
+                  'pinned_h2d_gbps_probes': probes})
+    profile = with_host_terms(profile, streamed, host_ms=statistics.median(host),
+                              resident_calls=resident_calls)
+    return profile if placement is None else with_fitted_tails(profile, placement, walls)

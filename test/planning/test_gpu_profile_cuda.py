@@ -24,6 +24,9 @@ def test_profile_times_layer_issue_and_streaming_hooks_apart() -> None:
     assert profile.machine.kernel_settings == kernel_settings(fused_norms=True)
     runs = profile.settings['host_pre_post_runs_ms']       # each synced run, kept for diagnosis
     assert len(runs) == 3 and profile.host_ms == statistics.median(runs)
+    probes = profile.settings['pinned_h2d_gbps_probes']    # a dip in one probe is not kept
+    assert len(probes) == 3 and profile.machine.pinned_h2d_gbps == max(probes)
+    assert set(profile.settings['fitted_tails']) <= {p.name for p in profile.phases}
     for phase in profile.phases:
         assert all(ms > 0 for ms in phase.host_layer_ms), phase.name
         assert phase.host_stream_ms > 0, phase.name   # the hooks, from the streamed run

@@ -8,13 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from alpamayo_offload.planning.collect import build_profile, model_identity
+from alpamayo_offload.planning.collect import build_profile, model_identity, with_fitted_tails
 from alpamayo_offload.planning.errors import ProfileFormatError, StaleProfileError
 from alpamayo_offload.planning.paper import table3_profile
 from alpamayo_offload.planning.predictor import Pipeline, Placement, Workload, predict
 from alpamayo_offload.planning.profile import (
     MachineInfo,
     PhaseProfile,
+    Profile,
     SequenceProfile,
     VramProfile,
     check_profile,
@@ -129,3 +130,37 @@ def test_build_profile_refuses_partial_records() -> None:
     with pytest.raises(ProfileFormatError, match='nothing resident'):
         build_profile(calls, {}, model_identity='x', machine=MachineInfo('g'),
                       vram=VramProfile(0, 0, 0))
+
+
+def _with_others(profile: Profile, others: dict[str, float]) -> Profile:
+    return replace(profile, phases=tuple(
+        replace(p, other_ms=(others[p.name],) * len(p.other_ms)) if p.name in others else p
+        for p in profile.phases))
+
+
+def test_fitted_tails_recover_the_non_layer_time_a_pipelined_run_shows() -> None:
+    """A sequential figure inflated by host time is fitted back to what the pipelined run shows;
+    a phase the host bounds in that run keeps its figure."""
+    paper = _with_others(table3_profile(), {'vision': 5.0, 'prefill': 3.0, 'diffusion': 0.4})
+    truth = replace(paper, phases=tuple(   # decode issued slower than it computes
+        replace(p, host_layer_ms=(5.0,) * 36) if p.name == 'decode' else p for p in paper.phases))
+    placement = Placement.of({'vit': range(27), 'lm': range(36), 'expert': range(0, 36, 2)})
+    workload = Workload(truth.measured_passes('decode'), truth.measured_passes('diffusion'))
+    walls = {p.name: p.wall_ms for p in predict(truth, placement, workload).phases}
+    assert predict(truth, placement, workload).phase('decode').cpu_sensitive
+    walls['decode'] += 50.0                       # CPU noise: must not land in the decode tail
+    inflated = _with_others(truth, {'vision': 21.9, 'prefill': 9.0, 'diffusion': 0.0,
+                                    'decode': 0.7})
+    fitted = with_fitted_tails(inflated, placement, walls)
+    others = {p.name: p.typical_other_ms() for p in fitted.phases}
+    assert others['vision'] == pytest.approx(5.0, abs=1e-6)
+    assert others['prefill'] == pytest.approx(3.0, abs=1e-6)
+    assert others['diffusion'] == pytest.approx(0.4, abs=1e-6)
+    assert others['decode'] == 0.7
+    record = fitted.settings['fitted_tails']
+    assert sorted(record) == ['diffusion', 'prefill', 'vision']
+    assert record['vision'] == {'sequential_ms': 21.9, 'fitted_ms': pytest.approx(5.0),
+                                'measured_wall_ms': walls['vision']}
+    # a run faster than the layers alone cannot make the time negative
+    floor = with_fitted_tails(inflated, placement, {**walls, 'vision': 1.0})
+    assert floor.phases[0].typical_other_ms() == 0.0
