@@ -246,17 +246,32 @@ def host_issue_calls(engine: Any, model_input: Any, sync_every: int = 1
     return records
 
 
-def _synced_timings(torch: Any, engine: Any, model_input: Any) -> dict[str, float]:
-    """Stage timings (s) of one inference started on an idle GPU.
+def _synced_infer(torch: Any, engine: Any, model_input: Any) -> Any:
+    """Run one inference started on an idle GPU; return the engine's result (timings in s).
 
     As the node (one inference a timer tick) and `bench_planner.py`'s rows run it.
     """
     torch.cuda.synchronize()
-    return dict(engine.infer(model_input).timings)
+    return engine.infer(model_input)
 
 
-def _pre_post_ms(timings: dict[str, float]) -> float:
-    return 1000 * (timings['preprocess'] + timings['postprocess'])
+def _pre_post_ms(result: Any) -> float:
+    return 1000 * (result.timings['preprocess'] + result.timings['postprocess'])
+
+
+def _phase_walls_ms(results: list[Any], decode_passes: int) -> dict[str, float]:
+    """Return each phase's median wall (ms) over `results`.
+
+    Decode only if every run made the profile's `decode_passes`: a checkpoint that stops at its
+    own end token may not, and the fit replays the profile's pass count.
+    """
+    walls = {p: 1000 * statistics.median(r.timings[p] for r in results) for p in _PHASES
+             if p in results[0].timings}
+    if any(r.decode_tokens != decode_passes for r in results):
+        LOG.warning('decode made %s passes, the profile %d: its non-layer time is not fitted',
+                    sorted({r.decode_tokens for r in results}), decode_passes)
+        walls.pop('decode', None)
+    return walls
 
 
 def calibration_placement(profile: Profile, spare_bytes: int) -> Placement | None:
@@ -316,9 +331,8 @@ def add_host_terms(engine: Any, model_input: Any, profile: Profile, runs: int,
         engine.replan(resident={s: placement.indices(s) for s in placement.resident},
                       mode='pipelined', budget_bytes=None, embed_on_host=False)
         engine.infer(model_input)                              # warm-up of this attach
-        timings = [_synced_timings(torch, engine, model_input) for _ in range(max(1, runs))]
-        walls = {p: 1000 * statistics.median(t[p] for t in timings) for p in _PHASES
-                 if p in timings[0]}
+        walls = _phase_walls_ms([_synced_infer(torch, engine, model_input)
+                                 for _ in range(max(1, runs))], profile.measured_passes('decode'))
         probes.append(pinned_h2d_gbps(torch))
         resident_calls = host_issue_calls(engine, model_input, sync_every)
         engine.replan(resident={}, mode='pipelined', budget_bytes=None, embed_on_host=False)
@@ -326,8 +340,7 @@ def add_host_terms(engine: Any, model_input: Any, profile: Profile, runs: int,
         profile = dataclasses.replace(profile, settings={
             **profile.settings, 'host_timed_resident_layers': {
                 s: len(placement.indices(s)) for s in placement.resident}})
-    host = [_pre_post_ms(_synced_timings(torch, engine, model_input))
-            for _ in range(max(1, runs))]
+    host = [_pre_post_ms(_synced_infer(torch, engine, model_input)) for _ in range(max(1, runs))]
     probes.append(pinned_h2d_gbps(torch))
     LOG.info('host pre/postprocess %s ms (profiled run: %.0f ms); pinned copy probes %s GB/s',
              [round(h) for h in host], profile.host_ms, [round(p, 2) for p in probes])
