@@ -30,6 +30,7 @@ from ..model import (
     sync_vision_once,
 )
 from ..runtime import (
+    HostStore,
     LayerFootprint,
     LayerSequence,
     Mode,
@@ -37,6 +38,7 @@ from ..runtime import (
     OffloadRuntime,
     ResidencyPlan,
     RuntimeStats,
+    TensorSource,
     layer_footprint,
 )
 from .config import (
@@ -51,14 +53,20 @@ from .config import (
 from .estimates import estimate_prompt_tokens, estimate_working_set
 from .example import _ExampleInput, example_input
 from .identity import _model_identity, driver_version, kernel_settings
-from .loading import _LayerSource, _load_model, _module_bytes
+from .loading import _load_model, _module_bytes
 from .phases import _PhaseBridge
+
+
+def _layer_sequences(model: AlpamayoR1) -> list[LayerSequence]:
+    """Return the model's layer sequences as the runtime (and a host store) take them."""
+    return [LayerSequence(name, layers, SEQUENCE_PREFIXES[name])
+            for name, layers in model.layer_sequences().items()]
 
 
 class Engine:
     """A loaded model attached to an offload runtime; `infer` runs one inference."""
 
-    def __init__(self, config: EngineConfig, model: AlpamayoR1, source: _LayerSource | None,
+    def __init__(self, config: EngineConfig, model: AlpamayoR1, source: TensorSource | None,
                  encoder: TextEncoder, decoder: TextEncoder | None) -> None:
         self.config = config
         self.model = model
@@ -101,8 +109,13 @@ class Engine:
                 decoder: TextEncoder | None = encoder
             else:
                 encoder, decoder = SyntheticTextIds(), None
+            if config.pin_all_layers:
+                source = HostStore.adopt(_layer_sequences(model), source,
+                                         pin=device.type == 'cuda')
         except (ModelError, OSError) as err:
             raise EngineError(f'cannot load model {config.model!r}: {err}') from err
+        except OffloadError as err:
+            raise EngineError(f'cannot pin the layers of {config.model!r}: {err}') from err
         engine = cls(config, model, source, encoder, decoder)
         engine.replan(resident=config.resident, mode=config.mode,
                       budget_bytes=config.budget_bytes, embed_on_host=config.embed_on_host,
@@ -125,13 +138,11 @@ class Engine:
         fixed = sum(_module_bytes(m) for name, m in self.model.non_layer_modules().items()
                     if not (embed_on_host and name == EMBED_MODULE))
         working = self.working_set_bytes()
-        sequences = [LayerSequence(name, layers, SEQUENCE_PREFIXES[name])
-                     for name, layers in self.model.layer_sequences().items()]
         try:
             runtime = OffloadRuntime(
-                sequences, ResidencyPlan(dict(resident)), mode=mode, device=self.device,
-                budget_bytes=budget_bytes, fixed_bytes=fixed, working_set_bytes=working,
-                instrument=instrument)
+                _layer_sequences(self.model), ResidencyPlan(dict(resident)), mode=mode,
+                device=self.device, budget_bytes=budget_bytes, fixed_bytes=fixed,
+                working_set_bytes=working, instrument=instrument)
             runtime.attach(self._source)
         except OffloadError as err:
             raise EngineError(str(err)) from err
@@ -301,6 +312,7 @@ class Engine:
             'hidden_size': cfg.text.hidden_size,
             'prompt_tokens': estimate_prompt_tokens(cfg),
             'pinned_bytes': rt.pinned_bytes if rt is not None else 0,
+            'host_store_bytes': self._source.nbytes if isinstance(self._source, HostStore) else 0,
             'torch': torch.__version__,
             'host': platform.node(),
             'vram_used_bytes': 0,

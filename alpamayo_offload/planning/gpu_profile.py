@@ -87,7 +87,8 @@ def run_profile(*, model: str, device: str, decode_tokens: int, diffusion_steps:
     config = EngineConfig(
         model=model, device=device, mode='sequential', budget_bytes=None, resident={},
         max_decode_tokens=decode_tokens, fixed_decode_tokens=decode_tokens,
-        diffusion_steps=diffusion_steps, seed=seed, fused_norms=fused_norms, instrument=True)
+        diffusion_steps=diffusion_steps, seed=seed, fused_norms=fused_norms,
+        pin_all_layers=True, instrument=True)   # nothing resident pins it all anyway
     engine = Engine.from_config(config)
     torch.cuda.synchronize()
     profile = profile_engine(engine, model=model, loaded_bytes=torch.cuda.memory_allocated(),

@@ -1,7 +1,8 @@
 """Model-agnostic layer offloading: resident layers stay on the device, the rest stream.
 
 Public interface (see docs/design.md): :class:`OffloadRuntime`, :class:`LayerSequence`,
-:class:`ResidencyPlan`, :class:`Mode`, the :class:`TensorSource` protocol and the stats types.
+:class:`ResidencyPlan`, :class:`Mode`, the :class:`TensorSource` protocol, :class:`HostStore`
+and the stats types.
 """
 from __future__ import annotations
 
@@ -19,11 +20,13 @@ from .errors import (
 from .layout import TensorSpec
 from .offload import OffloadRuntime
 from .source import StateDictSource, TensorSource
+from .store import HostStore
 from .timing import LayerCallStats, RuntimeStats, SequenceTotals
 
 __all__ = [
     'BudgetError',
     'HostMemoryError',
+    'HostStore',
     'LayerFootprint',
     'LayerCallStats',
     'LayerError',

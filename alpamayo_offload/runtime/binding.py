@@ -149,10 +149,14 @@ class StreamedLayer:
         return self.layout.nbytes
 
     def attach(self, slots: Sequence[torch.Tensor], region: HostRegion,
-               source: TensorSource | None) -> None:
-        """Pack the weights into its host region and bind the layer to slot 0's views."""
+               source: TensorSource | None, filled: bool = False) -> None:
+        """Pack the weights into its host region and bind the layer to slot 0's views.
+
+        `filled`: the region is a host store's, which already holds the weights.
+        """
         for t, entry, name in zip(self.tensors, self.layout.entries, self.qualified, strict=True):
-            _fill(t, view(region.tensor, entry), source, name)
+            if not filled:
+                _fill(t, view(region.tensor, entry), source, name)
         self.region = region
         self.src = region.tensor.narrow(0, 0, self.nbytes)
         self.dsts = tuple(slot.narrow(0, 0, self.nbytes) for slot in slots)
@@ -185,7 +189,8 @@ class StreamedLayer:
     def detach(self) -> None:
         """Give the weights back as ordinary tensors on their original devices.
 
-        The region's memory belongs to the arena, which the runtime frees after every layer.
+        The region's memory belongs to the arena, which the runtime frees after every layer (a
+        host store keeps its own; its layers go back to ``meta``).
         """
         region = self.region
         assert region is not None, 'detach of a streamed layer that was never attached'

@@ -69,9 +69,12 @@ class HostArena:
         self.regions = [HostRegion(self, self.tensor.narrow(0, o, s))
                         for o, s in zip(offsets, spans, strict=True)]
         if pin:
-            self._register()
+            self.pin()
 
-    def _register(self) -> None:
+    def pin(self) -> None:
+        """Page-lock the whole arena in place (once; a store pins after filling it)."""
+        if self.pinned:
+            return
         ptr = self.tensor.data_ptr()
         err = int(torch.cuda.cudart().cudaHostRegister(ptr, self.span, 0))
         if err != 0:

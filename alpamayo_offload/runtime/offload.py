@@ -24,6 +24,7 @@ from .errors import LayerError, PlanError, StateError
 from .host import HostArena
 from .schedule import RepetitionCounter, StreamOrder, next_streamed
 from .source import TensorSource
+from .store import HostStore
 from .streamer import SlotStreamer, synchronize
 from .timing import CallLog, CallMarks, Clock, RuntimeStats, totals
 
@@ -179,7 +180,9 @@ class OffloadRuntime:
     def attach(self, source: TensorSource | None = None) -> None:
         """Move resident layers to the device and pack streamed ones into pinned host regions.
 
-        Layers with tensors on ``meta`` are filled from ``source`` straight into place.
+        Layers with tensors on ``meta`` are filled from ``source`` straight into place. With a
+        :class:`HostStore` as the source, streamed layers stream from the store's regions
+        instead (nothing packed, nothing pinned here).
         """
         if self._attached:
             raise StateError('attach() called twice; call detach() first')
@@ -204,7 +207,8 @@ class OffloadRuntime:
                     self._clock if self.instrument else None)
             pending = {id(info): StreamedLayer(n, collect_tensors(info.module), info.qualified)
                        for n, info in enumerate(streamed_infos)}
-            if pending:
+            store = source if isinstance(source, HostStore) else None
+            if pending and store is None:
                 self._arena = HostArena([st.nbytes for st in pending.values()],
                                         pin=self.device.type == 'cuda')
             regions = iter(self._arena.regions if self._arena is not None else ())
@@ -218,7 +222,12 @@ class OffloadRuntime:
                 else:
                     assert self._streamer is not None
                     st = pending[id(info)]
-                    st.attach(self._streamer.slots, next(regions), source)
+                    if store is None:
+                        st.attach(self._streamer.slots, next(regions), source)
+                    else:
+                        st.attach(self._streamer.slots,
+                                  store.region(info.sequence, info.index, st.layout), None,
+                                  filled=True)
                     self._streamed.append(st)
                     self._hook_streamed(info, st)
         self._link(streamed_infos)
@@ -376,12 +385,12 @@ class OffloadRuntime:
     @property
     def pinned_bytes(self) -> int:
         """Host bytes page-locked for streamed layers (0 without CUDA)."""
-        return self._arena.span if (self._arena is not None and self._arena.pinned) else 0
+        return sum(st.region.pinned_bytes for st in self._streamed if st.region is not None)
 
     @property
     def host_bytes(self) -> int:
         """Host bytes held by the streamed layers' regions (pinned or not)."""
-        return self._arena.span if self._arena is not None else 0
+        return sum(st.region.allocated_bytes for st in self._streamed if st.region is not None)
 
     @property
     def attached(self) -> bool:

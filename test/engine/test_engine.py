@@ -74,6 +74,23 @@ def test_replan_and_embedding_on_host_keep_the_result(inputs, reference) -> None
     assert np.array_equal(got.samples_xyz, reference.samples_xyz)
 
 
+def test_layers_pinned_once_give_the_result_under_every_plan(inputs, reference) -> None:
+    """`pin_all_layers`: the layers live in one host store; replans only re-point them."""
+    engine = Engine.from_config(EngineConfig(mode='pipelined', pin_all_layers=True, **SMALL))
+    try:
+        assert engine.info['host_store_bytes'] > engine.info['pinned_bytes'] == 0  # no CUDA
+        layers = engine.model.vlm.model.language_model.layers
+        for mode, resident in (('pipelined', {}), ('pipelined', {'lm': (0, 2), 'vit': (1,)}),
+                               ('sequential', {'expert': (0, 1)}), ('preload', {})):
+            engine.replan(resident=resident, mode=mode)
+            got = engine.infer(inputs)
+            assert np.array_equal(got.samples_xyz, reference.samples_xyz), (mode, resident)
+            assert got.coc_token_ids == reference.coc_token_ids
+    finally:
+        engine.close()
+    assert all(p.is_meta for p in layers.parameters())   # the store keeps the weights
+
+
 def test_streamed_bytes_count_every_pass(inputs) -> None:
     engine = Engine.from_config(EngineConfig(mode='pipelined', **SMALL))
     try:
@@ -158,6 +175,29 @@ def test_cuda_offload_matches_preload_bit_for_bit(mode, resident) -> None:
     for got in runs:
         assert np.array_equal(got.samples_xyz, ref.samples_xyz)
         assert got.coc_token_ids == ref.coc_token_ids
+
+
+@pytest.mark.cuda
+def test_cuda_layers_pinned_once_match_preload_bit_for_bit() -> None:
+    """One pinned host store, three plans in turn: streamed in place, same result."""
+    cfg = dict(model='tiny', device='cuda', fixed_decode_tokens=6, diffusion_steps=4,
+               deterministic=True)
+    inputs = example_input(216, 384)
+    ref_engine = Engine.from_config(EngineConfig(mode='preload', **cfg))
+    try:
+        ref = ref_engine.infer(inputs)
+    finally:
+        ref_engine.close()
+    engine = Engine.from_config(EngineConfig(mode='pipelined', pin_all_layers=True, **cfg))
+    try:
+        for resident in ({}, {'lm': (0, 2), 'vit': (1, 2), 'expert': (2,)}, {}):
+            engine.replan(resident=resident, mode='pipelined')
+            assert 0 < engine.info['pinned_bytes'] <= engine.info['host_store_bytes']
+            got = engine.infer(inputs)
+            assert np.array_equal(got.samples_xyz, ref.samples_xyz), resident
+            assert got.coc_token_ids == ref.coc_token_ids
+    finally:
+        engine.close()
 
 
 @pytest.mark.cuda

@@ -7,6 +7,7 @@ from runtime_cases import SCENARIOS, build_model, run, same
 
 from alpamayo_offload.demo import ToyConfig, build_stack
 from alpamayo_offload.runtime import (
+    HostStore,
     LayerError,
     LayerSequence,
     Mode,
@@ -52,6 +53,23 @@ def test_matches_preload_on_cuda(mode: Mode, plan: str,
         assert all(c.exe_ms > 0 for c in stats.calls)
     rt.detach()
     assert all(p.device.type == 'cpu' for p in model.lm.parameters())
+
+
+def test_host_store_streams_in_place_and_matches_preload(
+        reference: dict[str, list[torch.Tensor]]) -> None:
+    """One pinned store, attached under two plans in turn: bit-exact, nothing re-pinned."""
+    model = build_model()
+    store = HostStore.adopt(model.sequences(), pin=True)
+    assert store.pinned
+    for plan in ('none', 'odd', 'none'):
+        rt = OffloadRuntime(model.sequences(), ResidencyPlan(PLANS[plan]), mode=Mode.PIPELINED,
+                            device='cuda')
+        rt.attach(store)
+        assert 0 < rt.pinned_bytes == rt.host_bytes <= store.nbytes
+        for name, steps in SCENARIOS.items():
+            assert same(run(model, rt, steps, device='cuda'), reference[name]), (plan, name)
+        rt.detach()
+        assert all(p.device.type == 'meta' for p in model.lm.parameters())
 
 
 def test_regions_are_pinned_and_exact() -> None:
