@@ -55,6 +55,7 @@ from alpamayo_offload.planning.errors import BudgetError, ProfileFormatError
 from alpamayo_offload.planning.gpu_profile import (
     add_host_terms,
     host_issue_calls,
+    host_issue_us,
     pinned_h2d_gbps,
     profile_engine,
 )
@@ -97,13 +98,15 @@ class Visit:
     link_gbps: list[float]
     at_s: float
     warmup_s: list[float]
+    host_issue_us: list[float]
 
 
 def visit(engine: Any, model_input: Any, placement: Placement, budget: int | None, warmup: int,
           runs: int, at_s: float) -> Visit:
-    """Attach the plan, warm up, time `runs` inferences; the pinned copy rate probed around."""
+    """Attach the plan, warm up, time `runs` inferences; the pinned copy rate and the CPU's
+    kernel-issue speed probed around."""
     cap_vram(None)                    # the link probe's buffer is outside the budget
-    before = pinned_h2d_gbps(torch)
+    before, issue = pinned_h2d_gbps(torch), host_issue_us(torch)
     apply(engine, placement, budget)
     warm = []
     for _ in range(warmup):
@@ -122,7 +125,8 @@ def visit(engine: Any, model_input: Any, placement: Placement, budget: int | Non
         totals.append(time.perf_counter() - t0)
     peak, reserved = torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()
     cap_vram(None)
-    return Visit(totals, timings, peak, reserved, [before, pinned_h2d_gbps(torch)], at_s, warm)
+    return Visit(totals, timings, peak, reserved, [before, pinned_h2d_gbps(torch)], at_s, warm,
+                 [issue, host_issue_us(torch)])
 
 
 def measured(visits: list[Visit]) -> dict[str, Any]:
@@ -137,7 +141,8 @@ def measured(visits: list[Visit]) -> dict[str, Any]:
             'peak_reserved_bytes': max(v.peak_reserved_bytes for v in visits),
             'link_gbps': [x for v in visits for x in v.link_gbps],
             'visits_at_s': [v.at_s for v in visits],
-            'warmup_s': [x for v in visits for x in v.warmup_s]}
+            'warmup_s': [x for v in visits for x in v.warmup_s],
+            'host_issue_us': [x for v in visits for x in v.host_issue_us]}
 
 
 Todo = list[tuple[str, int | None, Placement]]
@@ -253,6 +258,20 @@ def _at_row_link(profile: Profile, r: dict[str, Any]) -> Profile | None:
         profile.machine, pinned_h2d_gbps=statistics.mean(rates)))
 
 
+def _at_row_cpu(profile: Profile, r: dict[str, Any]) -> Profile | None:
+    """The profile with its host issue terms scaled by the CPU's kernel-issue speed probed
+    around this row against around the profile's host-timed calls (None: not probed)."""
+    row, then = r.get('host_issue_us'), profile.settings.get('host_issue_probe_us')
+    if not row or not then:
+        return None
+    scale = statistics.mean(row) / statistics.mean(then)
+    return dataclasses.replace(profile, phases=tuple(
+        dataclasses.replace(p, host_layer_ms=tuple(scale * x for x in p.host_layer_ms),
+                            host_lead_ms=scale * p.host_lead_ms,
+                            host_stream_ms=scale * p.host_stream_ms)
+        for p in profile.phases))
+
+
 def _device_error(profile: Profile | None, r: dict[str, Any], workload: Workload) -> float | None:
     if profile is None:
         return None
@@ -280,10 +299,11 @@ def report(out: Path, profile: Profile, workload: Workload, rows: list[dict[str,
            skipped: list[dict[str, Any]], wall_s: float | None) -> bool:
     """Write bench_planner.{json,md,png} from the rows; True when the targets are met.
 
-    Three diagnostic columns split the device error: the same rows predicted with the host issue
-    times taken the other way (when --out holds that profile), with no host terms at all, and
-    with the pinned copy rate measured just before and after the row instead of the profile's
-    (the link's rate drifts by about 2 % over minutes on the H200 VM; run 5, benchmarks.md §3).
+    Four diagnostic columns split the device error: the same rows predicted with the host issue
+    times taken the other way (when --out holds that profile), with no host terms at all, with
+    the pinned copy rate measured just before and after the row instead of the profile's (the
+    link's rate drifts by about 2 % over minutes on the H200 VM; run 5, benchmarks.md §3), and
+    with the host issue terms scaled to the CPU's kernel-issue speed probed around the row.
     """
     alt = next(((way, load_profile(out / name)[0]) for way, name in ALT_PROFILES.items()
                 if (out / name).is_file()), None)
@@ -317,9 +337,10 @@ def report(out: Path, profile: Profile, workload: Workload, rows: list[dict[str,
     lines = ['| kind | budget | resident vit/lm/expert | embed host | VRAM plan | peak | '
              'predicted s | measured s | error | device error | device error, '
              f"{alt[0] if alt else 'other'} host timing | device error, no host terms | "
-             "device error at the row's link rate | link GB/s | decode GB/s | "
+             "device error at the row's link rate | device error at the row's CPU speed | "
+             'link GB/s | issue µs/kernel (profile) | decode GB/s | '
              'phases following the CPU | error of the other phases |',
-             '|' + '---|' * 17]
+             '|' + '---|' * 19]
     for r in rows:
         counts = '/'.join(str(len(r['resident'][m])) for m in ('vit', 'lm', 'expert'))
         lines.append(f"| {r['kind']} | {r['budget']} | {counts} | {r['embed_on_host']} | "
@@ -329,7 +350,9 @@ def report(out: Path, profile: Profile, workload: Workload, rows: list[dict[str,
                      f"{_pct(_device_error(alt[1] if alt else None, r, workload))} | "
                      f"{_pct(_device_error(bare, r, workload))} | "
                      f"{_pct(_device_error(_at_row_link(profile, r), r, workload))} | "
-                     f"{_link(r)} | {_decode_gbps(r)} | {', '.join(cpu[id(r)]) or '-'} | "
+                     f"{_pct(_device_error(_at_row_cpu(profile, r), r, workload))} | "
+                     f"{_link(r)} | {_issue(profile, r)} | {_decode_gbps(r)} | "
+                     f"{', '.join(cpu[id(r)]) or '-'} | "
                      f"{_pct(steady[id(r)])} |")
     lines.append('')
     lines += [f'- {k}: {v}' for k, v in checks.items()]
@@ -350,6 +373,14 @@ def _decode_gbps(r: dict[str, Any]) -> str:
 def _link(r: dict[str, Any]) -> str:
     rates = r.get('link_gbps')
     return '/'.join(f'{x:.2f}' for x in rates) if rates else '-'
+
+
+def _issue(profile: Profile, r: dict[str, Any]) -> str:
+    row, then = r.get('host_issue_us'), profile.settings.get('host_issue_probe_us')
+    if not row:
+        return '-'
+    ref = f' ({statistics.mean(then):.1f})' if then else ''
+    return '/'.join(f'{x:.1f}' for x in row) + ref
 
 
 def _pct(x: float | None) -> str:

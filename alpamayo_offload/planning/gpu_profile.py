@@ -50,6 +50,25 @@ def pinned_h2d_gbps(torch: Any, nbytes: int = 512 * 2**20, repeats: int = 5) -> 
     return nbytes / (statistics.median(times) / 1000.0) / 1e9
 
 
+def host_issue_us(torch: Any, ops: int = 2000, repeats: int = 3) -> float:
+    """Host time to issue one tiny CUDA kernel, in µs (median over `repeats` runs of `ops`).
+
+    What a host-bound pass pays per kernel, without the model: the CPU's speed of the moment,
+    probed around the host-timed calls and around every bench row, since on the H200 VMs that
+    speed moved by 20-70 % between minutes (docs/benchmarks.md section 3, runs 8-9).
+    """
+    x = torch.zeros(1, device='cuda')
+    times = []
+    for _ in range(repeats):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(ops):
+            x.add_(1.0)
+        times.append((time.perf_counter() - t0) / ops * 1e6)
+    torch.cuda.synchronize()
+    return statistics.median(times)
+
+
 def embed_host_ms(torch: Any, rows: int, hidden: int, repeats: int = 5) -> float:
     """Time to gather `rows` embedding rows on the host and copy them to the GPU.
 
@@ -308,8 +327,9 @@ def add_host_terms(engine: Any, model_input: Any, profile: Profile, runs: int,
     The pinned copy rate is probed again after the resident runs and at the end, and the
     highest of the three probes kept: single probes dip by up to 1.4 % for a while (run 9: the
     profile's 54.87 GB/s against the rows' 55.3-55.5, every copy-bound phase predicted 1 %
-    slow). The engine is left pipelined with nothing resident (a second `host_issue_calls` may
-    follow).
+    slow). The CPU's kernel-issue speed is probed before and after the resident layers' host
+    calls (`host_issue_us`), so a later run can tell how fast the CPU was then. The engine is left
+    pipelined with nothing resident (a second `host_issue_calls` may follow).
     """
     import torch
 
@@ -324,6 +344,7 @@ def add_host_terms(engine: Any, model_input: Any, profile: Profile, runs: int,
     placement = calibration_placement(profile, spare)
     resident_calls: list[dict[str, Any]] = []
     walls: dict[str, float] = {}
+    issue: list[float] = []
     probes = [profile.machine.pinned_h2d_gbps]
     if placement is None:
         LOG.warning('no VRAM to time host calls on resident layers: the profile charges every '
@@ -335,7 +356,9 @@ def add_host_terms(engine: Any, model_input: Any, profile: Profile, runs: int,
         walls = _phase_walls_ms([_synced_infer(torch, engine, model_input)
                                  for _ in range(max(1, runs))], profile.measured_passes('decode'))
         probes.append(pinned_h2d_gbps(torch))
+        issue = [host_issue_us(torch)]
         resident_calls = host_issue_calls(engine, model_input, sync_every)
+        issue.append(host_issue_us(torch))
         engine.replan(resident={}, mode='pipelined', budget_bytes=None, embed_on_host=False)
         engine.infer(model_input)                              # warm-up of this attach
         profile = dataclasses.replace(profile, settings={
@@ -348,7 +371,7 @@ def add_host_terms(engine: Any, model_input: Any, profile: Profile, runs: int,
     profile = dataclasses.replace(
         profile, machine=dataclasses.replace(profile.machine, pinned_h2d_gbps=max(probes)),
         settings={**profile.settings, 'host_pre_post_runs_ms': host,
-                  'pinned_h2d_gbps_probes': probes})
+                  'pinned_h2d_gbps_probes': probes, 'host_issue_probe_us': issue})
     profile = with_host_terms(profile, streamed, host_ms=statistics.median(host),
                               resident_calls=resident_calls)
     return profile if placement is None else with_fitted_tails(profile, placement, walls)

@@ -1,0 +1,76 @@
+"""bench/bench_planner.py's report on this CPU, from a committed H200 run (run 9, A).
+
+The report has no GPU part, so its diagnostic columns are checked here: the CPU-speed column
+equals the plain device error when the CPU was as fast as at the profile, and moves a row whose
+decode follows the CPU when it was not.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / 'bench'))
+
+import bench_planner  # noqa: E402
+
+from alpamayo_offload.planning.predictor import Workload  # noqa: E402
+from alpamayo_offload.planning.profile import load_profile, save_profile  # noqa: E402
+
+RUN = ROOT / 'docs' / 'results' / '2026-11-30-h200' / 'run9' / 'planner_a'
+
+
+def _probed(tmp_path: Path, row_us: dict[str, float]) -> Path:
+    """A copy of the run with host-issue probes added (10 µs at the profile; `row_us` per row
+    kind + budget, 10 µs for the others)."""
+    out = tmp_path / 'run'
+    shutil.copytree(RUN, out)
+    profile, _ = load_profile(out / 'profile.json')
+    save_profile(dataclasses.replace(profile, settings={
+        **profile.settings, 'host_issue_probe_us': [10.0, 10.0]}), out / 'profile.json')
+    rows = [json.loads(line) for line in (out / 'rows.jsonl').read_text().splitlines()]
+    for r in rows:
+        us = row_us.get(f"{r['kind']} {r['budget']}", 10.0)
+        r['host_issue_us'] = [us, us]
+    (out / 'rows.jsonl').write_text(''.join(json.dumps(r) + '\n' for r in rows))
+    return out
+
+
+def _rows(out: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (out / 'rows.jsonl').read_text().splitlines()]
+
+
+def test_cpu_speed_column_is_the_device_error_at_the_profiles_speed(tmp_path: Path) -> None:
+    out = _probed(tmp_path, {'sweep-k31 -': 13.0})
+    profile, _ = load_profile(out / 'profile.json')
+    workload = Workload(profile.measured_passes('decode'), 10)
+    for r in _rows(out):
+        got = bench_planner._device_error(bench_planner._at_row_cpu(profile, r), r, workload)
+        if r['kind'] == 'sweep-k31':       # decode follows the CPU: 30 % slower issue, slower
+            assert got > r['device_error'] + 0.05
+        else:
+            assert got == pytest.approx(r['device_error'], abs=1e-12)
+    unprobed = {k: v for k, v in _rows(out)[0].items() if k != 'host_issue_us'}
+    assert bench_planner._at_row_cpu(profile, unprobed) is None
+
+
+def test_report_writes_the_table_from_committed_rows(tmp_path: Path) -> None:
+    out = _probed(tmp_path, {})
+    done = subprocess.run([sys.executable, str(ROOT / 'bench' / 'bench_planner.py'), '--report',
+                           '--out', str(out)], capture_output=True, text=True, timeout=300,
+                          cwd=ROOT)
+    assert done.returncode == 1, done.stderr       # run 9 A missed the 1 % target
+    table = (out / 'bench_planner.md').read_text().splitlines()
+    assert "device error at the row's CPU speed" in table[0]
+    planned16 = next(line for line in table if line.startswith('| planned | 16.000GiB'))
+    cells = [c.strip() for c in planned16.split('|')]
+    assert cells[10] == cells[14] == '+10.27 %'     # device error; at the profile's CPU speed
+    assert cells[16] == '10.0/10.0 (10.0)'
+    assert (out / 'bench_planner.png').stat().st_size > 10_000
