@@ -151,6 +151,19 @@ def test_checkpoint_streams_layers_from_safetensors_like_a_full_load(inputs) -> 
     assert a.coc_token_ids == b.coc_token_ids
 
 
+# bf16 on the GPU with deterministic algorithms: the reference every CUDA test compares to.
+CUDA = dict(model='tiny', device='cuda', fixed_decode_tokens=6, diffusion_steps=4,
+            deterministic=True)
+
+
+def _cuda_preload_result(inputs):
+    engine = Engine.from_config(EngineConfig(mode='preload', **CUDA))
+    try:
+        return engine.infer(inputs)
+    finally:
+        engine.close()
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize(('mode', 'resident'), [
     ('sequential', {}),
@@ -159,15 +172,9 @@ def test_checkpoint_streams_layers_from_safetensors_like_a_full_load(inputs) -> 
 ])
 def test_cuda_offload_matches_preload_bit_for_bit(mode, resident) -> None:
     """bf16 on the GPU with deterministic algorithms: streamed == preload, second run too."""
-    cfg = dict(model='tiny', device='cuda', fixed_decode_tokens=6, diffusion_steps=4,
-               deterministic=True)
     inputs = example_input(216, 384)
-    ref_engine = Engine.from_config(EngineConfig(mode='preload', **cfg))
-    try:
-        ref = ref_engine.infer(inputs)
-    finally:
-        ref_engine.close()
-    engine = Engine.from_config(EngineConfig(mode=mode, resident=resident, **cfg))
+    ref = _cuda_preload_result(inputs)
+    engine = Engine.from_config(EngineConfig(mode=mode, resident=resident, **CUDA))
     try:
         runs = [engine.infer(inputs) for _ in range(2)]
     finally:
@@ -180,15 +187,9 @@ def test_cuda_offload_matches_preload_bit_for_bit(mode, resident) -> None:
 @pytest.mark.cuda
 def test_cuda_layers_pinned_once_match_preload_bit_for_bit() -> None:
     """One pinned host store, three plans in turn: streamed in place, same result."""
-    cfg = dict(model='tiny', device='cuda', fixed_decode_tokens=6, diffusion_steps=4,
-               deterministic=True)
     inputs = example_input(216, 384)
-    ref_engine = Engine.from_config(EngineConfig(mode='preload', **cfg))
-    try:
-        ref = ref_engine.infer(inputs)
-    finally:
-        ref_engine.close()
-    engine = Engine.from_config(EngineConfig(mode='pipelined', pin_all_layers=True, **cfg))
+    ref = _cuda_preload_result(inputs)
+    engine = Engine.from_config(EngineConfig(mode='pipelined', pin_all_layers=True, **CUDA))
     try:
         for resident in ({}, {'lm': (0, 2), 'vit': (1, 2), 'expert': (2,)}, {}):
             engine.replan(resident=resident, mode='pipelined')
@@ -203,10 +204,8 @@ def test_cuda_layers_pinned_once_match_preload_bit_for_bit() -> None:
 @pytest.mark.cuda
 def test_cuda_embedding_on_host_matches_preload_bit_for_bit() -> None:
     """The planner may keep the token embedding on the host: same tokens, same trajectory."""
-    cfg = dict(model='tiny', device='cuda', fixed_decode_tokens=6, diffusion_steps=4,
-               deterministic=True)
     inputs = example_input(216, 384)
-    engine = Engine.from_config(EngineConfig(mode='preload', **cfg))
+    engine = Engine.from_config(EngineConfig(mode='preload', **CUDA))
     try:
         ref = engine.infer(inputs)
         engine.replan(resident={'lm': (1,)}, mode='pipelined', embed_on_host=True)
