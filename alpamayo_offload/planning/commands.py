@@ -239,10 +239,20 @@ def _cmd_profile(args: argparse.Namespace) -> int:
         LOG.error('%s', err)
         return 2
     digest = save_profile(profile, args.out)
-    sys.stdout.write(f'wrote {args.out} (sha256 {digest[:16]})\n')
-    for seq in profile.sequences:
-        sys.stdout.write(f'{seq.name}: {seq.n_layers} layers, '
-                         f'{format_bytes(max(seq.layer_bytes))} max, '
-                         f'DMA {max(seq.dma_ms):.2f} ms max\n')
+    sys.stdout.write(f'wrote {args.out} (sha256 {digest[:16]})\n{_summary(profile)}\n')
     return 0
+
+
+def _summary(profile: Profile) -> str:
+    """Say what the profile measured in a few lines: layers, link, host terms, fitted times."""
+    lines = [f'{seq.name}: {seq.n_layers} layers, {format_bytes(max(seq.layer_bytes))} max, '
+             f'DMA {max(seq.dma_ms):.2f} ms max' for seq in profile.sequences]
+    probes = profile.settings.get('pinned_h2d_gbps_probes')
+    lines.append(f'pinned copy {profile.machine.pinned_h2d_gbps:.2f} GB/s'
+                 + (f" (highest of {', '.join(f'{x:.2f}' for x in probes)})" if probes else ''))
+    lines.append(f'host pre/postprocessing {profile.host_ms:.1f} ms')
+    for phase, fit in profile.settings.get('fitted_tails', {}).items():
+        lines.append(f"{phase}: non-layer time {fit['sequential_ms']:.1f} ms sequential, "
+                     f"{fit['fitted_ms']:.1f} ms fitted to a pipelined run")
+    return '\n'.join(lines)
 

@@ -105,3 +105,23 @@ def test_plans_are_made_for_the_nodes_decode_limit(profile_path: Path, tmp_path:
     assert _run(['plan', '--profile', str(profile_path), '--budget', '12GiB',
                  '--max-decode-tokens', '0', '--out', str(out)]) == 2
     assert '--max-decode-tokens 0' in caplog.text
+
+
+def test_profile_summary_says_what_was_measured_and_fitted() -> None:
+    """The lines `profile` prints after writing the file, on run 9's B profile (H200)."""
+    from alpamayo_offload.planning.profile import load_profile
+
+    results = Path(__file__).resolve().parents[2] / 'docs' / 'results' / '2026-11-30-h200'
+    profile, _ = load_profile(results / 'run9' / 'planner_b' / 'profile.json')
+    lines = commands._summary(profile).splitlines()
+    assert lines[:3] == ['vit: 27 layers, 0.028GiB max, DMA 0.58 ms max',
+                         'lm: 36 layers, 0.359GiB max, DMA 6.98 ms max',
+                         'expert: 36 layers, 0.118GiB max, DMA 2.30 ms max']
+    assert lines[3] == 'pinned copy 54.74 GB/s (highest of 54.74, 51.32, 53.80)'
+    assert lines[4] == 'host pre/postprocessing 57.0 ms'
+    assert lines[5:] == [
+        'vision: non-layer time 18.3 ms sequential, 14.1 ms fitted to a pipelined run',
+        'prefill: non-layer time 7.9 ms sequential, 0.1 ms fitted to a pipelined run']
+    # a profile from before the fit and the probes (the paper's) says only what it has
+    assert commands._summary(table3_profile()).splitlines()[3:] == [
+        'pinned copy 33.40 GB/s', 'host pre/postprocessing 0.0 ms']
