@@ -281,14 +281,18 @@ def run_inference(model: AlpamayoR1, inputs: ModelInputs, device: torch.device |
     dev = ro.device
     gen = torch.Generator(device=dev).manual_seed(opts.seed)
     extras: dict[str, torch.Tensor] = {}
+    # The small inputs go to the device once, before any layer's weights are copied: a copy
+    # from pageable memory later (prefill, after diffusion) blocks the host until the copy
+    # engine reaches it, behind whatever layer copy an offloading runtime has queued there.
+    input_ids, grid = inputs.input_ids.to(dev), inputs.image_grid_thw.to(dev)
+    hist_xyz, hist_rot = inputs.ego_history_xyz.to(dev), inputs.ego_history_rot.to(dev)
     with ro.autocast():
         obs.phase_start("vision", 0, True)
         image_embeds, deepstack = ro.vision(inputs.pixel_values, inputs.image_grid_thw)
         obs.phase_end("vision", 0)
 
         obs.phase_start("prefill", 0, True)
-        logits, hidden, cache, rope_deltas = ro.prefill(inputs.input_ids, inputs.image_grid_thw,
-                                                        image_embeds, deepstack)
+        logits, hidden, cache, rope_deltas = ro.prefill(input_ids, grid, image_embeds, deepstack)
         if keep_extras:
             extras.update(image_embeds=image_embeds, prefill_last_hidden_state=hidden,
                           rope_deltas=rope_deltas)
@@ -317,7 +321,7 @@ def run_inference(model: AlpamayoR1, inputs: ModelInputs, device: torch.device |
                 break
         new_raw = torch.cat(tokens, dim=1)                                  # (S, n)
         new_ids = _pad_after_stop(new_raw)
-        prompt = inputs.input_ids.to(dev).repeat_interleave(s, dim=0)
+        prompt = input_ids.repeat_interleave(s, dim=0)
         sequences = torch.cat([prompt, new_ids], dim=1)
         cache_len = cache.get_seq_length()
         pos, mask = ro.expert_conditioning(sequences, cache_len, rope_deltas)
@@ -335,9 +339,8 @@ def run_inference(model: AlpamayoR1, inputs: ModelInputs, device: torch.device |
             x0, velocity, opts.diffusion_steps,
             on_step=lambda i, last: obs.phase_start("diffusion", i, last),
             on_step_end=lambda i: obs.phase_end("diffusion", i))
-    hist_xyz = inputs.ego_history_xyz.to(dev).repeat_interleave(s, dim=0)
-    hist_rot = inputs.ego_history_rot.to(dev).repeat_interleave(s, dim=0)
-    xyz, rot = model.action_space.action_to_traj(sampled, hist_xyz, hist_rot)
+    xyz, rot = model.action_space.action_to_traj(sampled, hist_xyz.repeat_interleave(s, dim=0),
+                                                 hist_rot.repeat_interleave(s, dim=0))
     if keep_extras:
         extras.update(sequences_raw=torch.cat([prompt, new_raw], dim=1), sequences=sequences,
                       prefill_seq_len=torch.tensor(cache_len), expert_position_ids=pos,
