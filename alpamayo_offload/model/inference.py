@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+from torch import nn
 from transformers import DynamicCache
 
 from .alpamayo import AlpamayoR1
@@ -120,9 +121,20 @@ class Rollout:
 
     # ---- 2. prefill --------------------------------------------------------------------------
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
-        """Token embeddings gathered where `embed_tokens` lives; only the rows travel."""
+        """Token embeddings gathered where `embed_tokens` lives; only the rows travel.
+
+        Gathered on the host for a CUDA device, the rows land in pinned memory and travel
+        without blocking the host: a copy from pageable memory would hold it until the copy
+        engine reached it, behind any layer copy queued there (the profile times the gather
+        this way, `planning.gpu_profile.embed_host_ms`).
+        """
         table = self.model.vlm.model.language_model.embed_tokens
-        return table(ids.to(table.weight.device)).to(self.device, self.dtype)
+        home = table.weight.device
+        if home.type != 'cpu' or self.device.type != 'cuda' or type(table) is not nn.Embedding \
+                or table.max_norm is not None:
+            return table(ids.to(home)).to(self.device, self.dtype)
+        rows = gather_rows(table, ids, pin=True)
+        return rows.to(self.device, self.dtype, non_blocking=True)
 
     def prefill(self, input_ids: torch.Tensor, grid_thw: torch.Tensor,
                 image_embeds: torch.Tensor, deepstack: list[torch.Tensor],
@@ -193,6 +205,19 @@ class Rollout:
         cache.crop(-n)  # drop the action tokens' K/V again
         hidden = out.last_hidden_state[:, -n:]
         return m.action_out_proj(hidden).view(-1, n, 2), h, hidden
+
+
+def gather_rows(table: nn.Embedding, ids: torch.Tensor, pin: bool) -> torch.Tensor:
+    """`table(ids)` for a table on the host (no max_norm), written into fresh (pinned) memory.
+
+    For inference only (no autograd through `out=`).
+    """
+    flat = ids.to(table.weight.device).reshape(-1)
+    rows = torch.empty(flat.numel(), table.embedding_dim, dtype=table.weight.dtype,
+                       pin_memory=pin)
+    with torch.no_grad():
+        torch.index_select(table.weight, 0, flat, out=rows)
+    return rows.view(*ids.shape, table.embedding_dim)
 
 
 def release_pos_interpolation(grid_thw: torch.Tensor, side: int,

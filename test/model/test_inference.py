@@ -115,6 +115,19 @@ def test_tokenizer_dir_encodes_prompt_and_decodes_coc(tmp_path: Path, tiny_model
     assert enc.decode([TRAJ_FUTURE_START_ID, vocab['driving']]) == '<|traj_future_start|>driving'
 
 
+@pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize('shape', [(1, 7), (3, 1)])
+def test_host_gather_into_own_memory_is_the_embedding(dtype: torch.dtype, shape: tuple) -> None:
+    """The embedding-on-host path gathers into (on CUDA pinned) memory of its own: same rows."""
+    from alpamayo_offload.model.inference import gather_rows
+
+    table = torch.nn.Embedding(50, 12).to(dtype)
+    ids = torch.randint(0, 50, shape, generator=torch.Generator().manual_seed(1))
+    got = gather_rows(table, ids, pin=False)
+    assert got.shape == (*shape, 12) and got.dtype == dtype
+    assert torch.equal(got, table(ids))
+
+
 @pytest.mark.cuda
 def test_cuda_bf16_with_embed_tokens_on_host() -> None:
     from alpamayo_offload.model import build_random
