@@ -255,4 +255,3 @@ def _summary(profile: Profile) -> str:
         lines.append(f"{phase}: non-layer time {fit['sequential_ms']:.1f} ms sequential, "
                      f"{fit['fitted_ms']:.1f} ms fitted to a pipelined run")
     return '\n'.join(lines)
-
