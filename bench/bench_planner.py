@@ -10,8 +10,9 @@ VLM-only plan at the same budget. Writes bench_planner.{json,md,png} and profile
 each measured row is appended to rows.jsonl at once, so a run cut short (the GPU machine's 10 min
 per command) keeps its rows and `--report` writes the tables and plot from them on any machine.
 `--budget-s` stops before a row would overrun; `--parts sweep` measures the sweep alone.
-The engine packs every layer once into a pinned host store (`pin_all_layers`, after run 9), so a
-visit's re-attach no longer re-pins and re-copies the streamed layers (~20 s a visit before).
+The engine packs every layer once into a pinned host store (`pin_all_layers`, after run 9), so
+a visit's re-attach no longer re-pins and re-copies the streamed layers (most of a visit's
+18-25 s before).
 Rows are measured in rounds (run 8 on): one timed run of every row, then the next round, so
 drift over minutes (the link's rate, a slower CPU) falls on all rows alike instead of on the
 one row measured then; runs 1-7 took each row's runs back to back (`--order rows`).

@@ -235,7 +235,7 @@ def with_fitted_tails(profile: Profile, placement: Placement, phase_ms: Mapping[
     The sequential run's non-layer time is its wall less its layers' copy and compute, so it
     also holds host time that a pipelined run overlaps with the GPU: on the H200 (run 9,
     docs/benchmarks.md section 3) the vision phase's 21.9 ms predicted it at 76 ms where the
-    rows measured 62-81 ms, median 65. Fitted, it is what the predictor's replay of
+    rows measured 61.5-80.7 ms, median 65.5. Fitted, it is what the predictor's replay of
     `placement` (measured phase walls `phase_ms`, the profile's own pass counts) leaves
     unexplained. A phase the host bounds in that run (`cpu_sensitive`) keeps the sequential
     figure: its wall follows the CPU, not the non-layer GPU work. Each round moves every fitted

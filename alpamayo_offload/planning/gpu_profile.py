@@ -55,7 +55,8 @@ def host_issue_us(torch: Any, ops: int = 2000, repeats: int = 3) -> float:
 
     What a host-bound pass pays per kernel, without the model: the CPU's speed of the moment,
     probed around the host-timed calls and around every bench row, since on the H200 VMs that
-    speed moved by 20-70 % between minutes (docs/benchmarks.md section 3, runs 8-9).
+    speed moves within minutes (docs/benchmarks.md section 3, run 9: a decode layer call took
+    1.15 ms of host time in one profile, 0.75 ms in the next on the same VM).
     """
     x = torch.zeros(1, device='cuda')
     times = []

@@ -2,7 +2,8 @@
 
 Without a store, :meth:`OffloadRuntime.attach` packs the streamed layers into a fresh arena and
 :meth:`~OffloadRuntime.detach` copies them back out, so re-planning a loaded model re-pins and
-re-copies every streamed byte (14-19 GB of Alpamayo-R1: ~20 s of each re-plan on an H200 VM).
+re-copies every streamed byte (14-19 GB of Alpamayo-R1: most of each ~20 s bench visit on an
+H200 VM).
 :meth:`HostStore.adopt` packs every layer of the sequences once, in the layout the runtime
 streams it in, and leaves the layers on ``meta``. Attached with the store as its source, a
 runtime streams each streamed layer straight from the store's region (no copy, no arena of its
@@ -11,29 +12,32 @@ The cost: every layer's bytes stay pinned while the store lives, resident layers
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 import torch
 
 from .binding import LayerTensor, collect_tensors
 from .config import LayerSequence
-from .errors import LayerError, SourceError
+from .errors import LayerError
 from .host import HostArena, HostRegion
-from .layout import LayerLayout, TensorSpec, pack, view
-from .source import TensorSource, check_spec
+from .layout import LayerLayout, pack, view
+from .source import StateDictSource, TensorSource, check_spec
 
 
-class HostStore:
-    """The layers' weights in one host arena, region per layer; a :class:`TensorSource` too."""
+class HostStore(StateDictSource):
+    """The layers' weights in one host arena, region per layer.
+
+    A :class:`TensorSource` over views of it, named as the sequences' prefixes say.
+    """
 
     def __init__(self, layouts: dict[tuple[str, int], LayerLayout],
                  prefixes: dict[str, str]) -> None:
         self._layouts = layouts
         self._arena = HostArena([layout.nbytes for layout in layouts.values()], pin=False)
         self._regions = dict(zip(layouts, self._arena.regions, strict=True))
-        self._views = {f'{prefixes[seq]}{index}.{entry.name}': view(region.tensor, entry)
-                       for (seq, index), region in self._regions.items()
-                       for entry in layouts[(seq, index)].entries}
+        super().__init__({f'{prefixes[seq]}{index}.{entry.name}': view(region.tensor, entry)
+                          for (seq, index), region in self._regions.items()
+                          for entry in layouts[(seq, index)].entries})
 
     @classmethod
     def adopt(cls, sequences: Sequence[LayerSequence], source: TensorSource | None = None,
@@ -62,7 +66,7 @@ class HostStore:
         for seq, index in list(tensors):
             for t in tensors.pop((seq, index)):      # popped: its host copies go as it is done
                 qualified = by_name[seq].qualified_name(index, t.name)
-                out = self._views[qualified]
+                out = self._tensors[qualified]
                 if t.on_meta:
                     if source is None:
                         raise LayerError(f'tensor {qualified!r} is on the meta device and no '
@@ -95,22 +99,9 @@ class HostStore:
         """Host bytes the store holds (each layer rounded up to a page)."""
         return self._arena.span
 
-    def keys(self) -> Iterable[str]:
-        """Qualified names of every tensor the store holds."""
-        return self._views.keys()
-
-    def spec(self, name: str) -> TensorSpec:
-        """Shape and dtype of tensor `name`."""
-        t = self._get(name)
-        return TensorSpec(tuple(t.shape), t.dtype)
-
     def read_into(self, name: str, out: torch.Tensor) -> None:
-        """Copy tensor `name` into `out` (a resident layer's device storage)."""
-        out.copy_(self._get(name), non_blocking=out.device.type == 'cuda' and self.pinned)
+        """Copy tensor `name` into `out` (a resident layer's device storage).
 
-    def _get(self, name: str) -> torch.Tensor:
-        try:
-            return self._views[name]
-        except KeyError:
-            raise SourceError(f'tensor {name!r} is not in the host store ({len(self._views)} '
-                              'tensors); check the LayerSequence prefix') from None
+        From pinned memory to a GPU without blocking the host.
+        """
+        out.copy_(self._get(name), non_blocking=out.device.type == 'cuda' and self.pinned)

@@ -32,10 +32,14 @@ def _more(ap) -> None:  # noqa: ANN001
 
 def main() -> None:
     args = parse_args(__doc__, runs=2, more=_more)
+    if args.lm_resident < 0:
+        raise SystemExit(f'--lm-resident {args.lm_resident}: give 0 or more resident LM layers')
     engine = paper_engine(fused_norms=not args.per_op_norms, model=args.model,
                           device=args.device, mode='pipelined', pin_all_layers=True,
                           instrument=True)
     n_lm = engine.info['layers']['lm']
+    if args.lm_resident > n_lm:
+        raise SystemExit(f'--lm-resident {args.lm_resident}: the model has {n_lm} LM layers')
     engine.replan(resident={'lm': interleaved_indices(args.lm_resident, n_lm)},
                   mode='pipelined', instrument=True)
     model_input = engine.example_input(presized=True)

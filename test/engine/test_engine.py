@@ -26,13 +26,18 @@ def inputs():
     return example_input(108, 192)
 
 
-@pytest.fixture(scope='module')
-def reference(inputs):
-    engine = Engine.from_config(EngineConfig(mode='preload', **SMALL))
+def _preload_result(inputs, **config):
+    """The reference every offloaded run is compared to: everything on the device."""
+    engine = Engine.from_config(EngineConfig(mode='preload', **config))
     try:
         return engine.infer(inputs)
     finally:
         engine.close()
+
+
+@pytest.fixture(scope='module')
+def reference(inputs):
+    return _preload_result(inputs, **SMALL)
 
 
 @pytest.mark.parametrize(('mode', 'resident'), [
@@ -151,17 +156,9 @@ def test_checkpoint_streams_layers_from_safetensors_like_a_full_load(inputs) -> 
     assert a.coc_token_ids == b.coc_token_ids
 
 
-# bf16 on the GPU with deterministic algorithms: the reference every CUDA test compares to.
+# bf16 on the GPU with deterministic algorithms, as every CUDA test runs.
 CUDA = dict(model='tiny', device='cuda', fixed_decode_tokens=6, diffusion_steps=4,
             deterministic=True)
-
-
-def _cuda_preload_result(inputs):
-    engine = Engine.from_config(EngineConfig(mode='preload', **CUDA))
-    try:
-        return engine.infer(inputs)
-    finally:
-        engine.close()
 
 
 @pytest.mark.cuda
@@ -173,7 +170,7 @@ def _cuda_preload_result(inputs):
 def test_cuda_offload_matches_preload_bit_for_bit(mode, resident) -> None:
     """bf16 on the GPU with deterministic algorithms: streamed == preload, second run too."""
     inputs = example_input(216, 384)
-    ref = _cuda_preload_result(inputs)
+    ref = _preload_result(inputs, **CUDA)
     engine = Engine.from_config(EngineConfig(mode=mode, resident=resident, **CUDA))
     try:
         runs = [engine.infer(inputs) for _ in range(2)]
@@ -188,7 +185,7 @@ def test_cuda_offload_matches_preload_bit_for_bit(mode, resident) -> None:
 def test_cuda_layers_pinned_once_match_preload_bit_for_bit() -> None:
     """One pinned host store, three plans in turn: streamed in place, same result."""
     inputs = example_input(216, 384)
-    ref = _cuda_preload_result(inputs)
+    ref = _preload_result(inputs, **CUDA)
     engine = Engine.from_config(EngineConfig(mode='pipelined', pin_all_layers=True, **CUDA))
     try:
         for resident in ({}, {'lm': (0, 2), 'vit': (1, 2), 'expert': (2,)}, {}):
