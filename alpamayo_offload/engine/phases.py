@@ -13,9 +13,10 @@ import torch
 from ..runtime import OffloadRuntime
 
 STAGES = ('preprocess', 'vision', 'prefill', 'decode', 'diffusion', 'postprocess', 'total')
-# After a pass of this phase, which sequence runs next (decode/diffusion: while not the last pass).
+# After a pass of this phase, which sequence runs next; the last decode and diffusion passes
+# hand over to another sequence (vision and prefill run one pass, reported as the last).
 _NEXT_AFTER = {'vision': 'lm', 'prefill': 'lm', 'decode': 'lm', 'diffusion': 'expert'}
-_NEXT_AFTER_LAST = {'decode': 'expert', 'diffusion': 'vit'}
+_NEXT_AFTER_LAST = {**_NEXT_AFTER, 'decode': 'expert', 'diffusion': 'vit'}
 
 
 class PhaseClock:
