@@ -96,6 +96,25 @@ def test_layers_pinned_once_give_the_result_under_every_plan(inputs, reference) 
     assert all(p.is_meta for p in layers.parameters())   # the store keeps the weights
 
 
+@pytest.mark.parametrize('tokens', [4, 1])
+@pytest.mark.parametrize('resident', [{}, {'lm': (0,)}, {'lm': (0, 1, 2)},
+                                      {'lm': (0, 2), 'vit': (1,), 'expert': (1,)}])
+def test_every_pass_prefetches_the_sequence_that_follows(inputs, resident, tokens) -> None:
+    """No copy is thrown away: each pass hints what runs next (vision -> LM, decode -> expert,
+    diffusion -> the next frame's ViT), so no prefetch guesses wrong and gets overwritten."""
+    engine = Engine.from_config(EngineConfig(
+        mode='pipelined', resident=resident, model='tiny', fixed_decode_tokens=tokens,
+        max_decode_tokens=tokens, diffusion_steps=3, instrument=True))
+    try:
+        for _ in range(2):
+            engine.infer(inputs)
+            stats = engine.runtime_stats(reset=True)
+            assert stats.copies > 0
+            assert stats.wasted_copies == 0, (resident, tokens)
+    finally:
+        engine.close()
+
+
 def test_streamed_bytes_count_every_pass(inputs) -> None:
     engine = Engine.from_config(EngineConfig(mode='pipelined', **SMALL))
     try:
