@@ -170,8 +170,11 @@ class Engine:
             self.config, max_decode_tokens=max_decode_tokens)
         return estimate_working_set(self.model.cfg, self._dtype_bytes(), config)
 
+    def _dtype(self) -> torch.dtype:
+        return self.model.vlm.model.language_model.norm.weight.dtype
+
     def _dtype_bytes(self) -> int:
-        return self.model.vlm.model.language_model.norm.weight.element_size()
+        return self._dtype().itemsize
 
     def close(self) -> None:
         """Detach the runtime (weights back where they came from)."""
@@ -191,7 +194,7 @@ class Engine:
             inputs = prepare_inputs(np.asarray(model_input.images),
                                     np.asarray(model_input.ego_history_xyz, dtype=np.float64),
                                     np.asarray(model_input.ego_history_rot, dtype=np.float64),
-                                    self.model.cfg, self._encoder)
+                                    self.model.cfg, self._encoder, self.device, self._dtype())
         except ModelInputError as err:
             raise EngineInputError(str(err)) from err
         t_prep = time.perf_counter()

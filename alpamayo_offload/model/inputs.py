@@ -10,8 +10,12 @@ frames not already at the smart-resize target get the processor's own PIL bicubi
 uint8 out; `ImageSizing`, which the node and replay also use to resize frames to the model's size
 before they reach the engine), then rescale + normalise is one 256-entry lookup table per channel
 (built by the processor's own `rescale`/`normalize`, so every value is the processor's), applied
-after the patch reordering is done on uint8 for all frames at once. `preprocess_images_reference`
-keeps the processor path for tests.
+after the patch reordering is done on uint8 for all frames at once. For a model on a GPU only the
+uint8 patches travel and the lookup runs there, in the model's dtype: a table cast to a dtype then
+looked up equals the float32 lookup cast, so the pixels are the same bit for bit, and the host
+neither builds 70 MB of float32 pixels nor casts and copies them (measured on this CPU: 21 ms of
+lookup and 10 ms of cast left, 3 ms of reordering kept). `preprocess_images_reference` keeps the
+processor path for tests.
 """
 from __future__ import annotations
 
@@ -41,10 +45,10 @@ HISTORY_POSES = 16         # t0-1.5 s ... t0 at 10 Hz
 
 @dataclass(frozen=True)
 class ModelInputs:
-    """Everything one inference consumes, on the host; batch size 1."""
+    """Everything one inference consumes, on the host but the pixels; batch size 1."""
 
     input_ids: torch.Tensor        # (1, L) long, history already fused
-    pixel_values: torch.Tensor     # (P, 3*2*16*16) float32
+    pixel_values: torch.Tensor     # (P, 3*2*16*16) float32 on the host, or the model's device+dtype
     image_grid_thw: torch.Tensor   # (n_images, 3) long
     ego_history_xyz: torch.Tensor  # (1, 16, 3) float32, t0 ego frame
     ego_history_rot: torch.Tensor  # (1, 16, 3, 3) float32, t0 ego frame
@@ -132,11 +136,13 @@ def _value_tables(cfg: AlpamayoConfig) -> np.ndarray:
     return tables
 
 
-def preprocess_images(images: np.ndarray | torch.Tensor,
-                      cfg: AlpamayoConfig) -> tuple[torch.Tensor, torch.Tensor]:
-    """(n_cam, n_frames, H, W, 3) uint8 RGB -> pixel_values, image_grid_thw (camera-major).
+def preprocess_images(images: np.ndarray | torch.Tensor, cfg: AlpamayoConfig,
+                      device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(n_cam, n_frames, H, W, 3) uint8 RGB -> pixel_values on `device` in `dtype`, image_grid_thw.
 
-    Bit-identical to `preprocess_images_reference`; vectorised over all frames.
+    Bit-identical to `preprocess_images_reference` cast to `dtype`; vectorised over all frames,
+    camera-major. Off the CPU the lookup runs on `device` (`lookup_pixels`).
     """
     frames = _as_frames(images)
     n, height, width = frames.shape[:3]
@@ -151,6 +157,12 @@ def preprocess_images(images: np.ndarray | torch.Tensor,
     # (n, gh/m, m, p, gw/m, m, p, C) -> (n, gh/m, gw/m, m, m, C, p, p): the processor's order
     patches = np.ascontiguousarray(frames.reshape(n, gh // m, m, p, gw // m, m, p, 3)
                                    .transpose(0, 1, 4, 2, 5, 7, 3, 6)).reshape(-1, 3, 1, p * p)
+    grid = torch.tensor([[1, gh, gw]], dtype=torch.long).expand(n, 3).contiguous()
+    target = torch.device(device)
+    if target.type != "cpu":   # through pinned memory: the host does not wait for the copy
+        staged = torch.from_numpy(patches).pin_memory()
+        return lookup_pixels(staged.to(target, non_blocking=True), _tables_on(cfg, target, dtype),
+                             t), grid
     tables = _value_tables(cfg)
     if (tables == tables[:1]).all():
         values = np.take(tables[0], patches, mode="clip")
@@ -159,8 +171,30 @@ def preprocess_images(images: np.ndarray | torch.Tensor,
     # each frame repeated over the temporal patch: (P, C, 1, p*p) -> (P, C * t * p * p)
     pixel_values = np.broadcast_to(values, (values.shape[0], 3, t, p * p)).reshape(
         values.shape[0], -1)
-    grid = torch.tensor([[1, gh, gw]], dtype=torch.long).expand(n, 3).contiguous()
-    return torch.from_numpy(pixel_values), grid
+    return torch.from_numpy(pixel_values).to(dtype), grid
+
+
+def lookup_pixels(patches: torch.Tensor, table: torch.Tensor, temporal: int) -> torch.Tensor:
+    """(P, 3, 1, p*p) uint8 patches -> (P, 3 * temporal * p*p) pixels, each looked up in `table`.
+
+    On the patches' device, in the dtype of `table` (3, 256), one row per channel. The numpy
+    lookup is faster on a CPU; on a GPU this one saves the host the float32 pixels.
+    """
+    levels = table.shape[1]
+    offsets = torch.arange(0, 3 * levels, levels, dtype=torch.int32,
+                           device=patches.device).view(1, 3, 1, 1)
+    values = table.reshape(-1)[patches.int() + offsets]
+    return values.expand(values.shape[0], 3, temporal, values.shape[-1]).reshape(
+        values.shape[0], -1)
+
+
+@functools.lru_cache(maxsize=8)
+def _tables_on(cfg: AlpamayoConfig, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """`_value_tables` cast to `dtype` on `device`, copied there once.
+
+    A copy per inference from pageable memory would wait behind a runtime's queued layer copy.
+    """
+    return torch.from_numpy(_value_tables(cfg).copy()).to(device, dtype)
 
 
 def to_t0_frame(xyz_world: np.ndarray | torch.Tensor, rot_world: np.ndarray | torch.Tensor,
@@ -184,13 +218,17 @@ def to_t0_frame(xyz_world: np.ndarray | torch.Tensor, rot_world: np.ndarray | to
 
 def prepare_inputs(images: np.ndarray | torch.Tensor, hist_xyz_world: np.ndarray | torch.Tensor,
                    hist_rot_world: np.ndarray | torch.Tensor, cfg: AlpamayoConfig,
-                   encoder: TextEncoder) -> ModelInputs:
-    """Frames + world-frame ego history -> `ModelInputs` with the release prompt."""
+                   encoder: TextEncoder, device: torch.device | str = "cpu",
+                   dtype: torch.dtype = torch.float32) -> ModelInputs:
+    """Frames + world-frame ego history -> `ModelInputs` with the release prompt.
+
+    The pixels go to `device` in `dtype`: the model's, so the vision pass uses them as they are.
+    """
     hist_xyz, hist_rot = to_t0_frame(hist_xyz_world, hist_rot_world)
     if hist_xyz.shape[0] != HISTORY_POSES:
         raise ModelInputError(f"ego history has {hist_xyz.shape[0]} poses; expected "
                               f"{HISTORY_POSES} (t0-1.5 s ... t0 at 10 Hz)")
-    pixel_values, grid = preprocess_images(images, cfg)
+    pixel_values, grid = preprocess_images(images, cfg, device, dtype)
     return inputs_from_processed(pixel_values, grid, hist_xyz[None], hist_rot[None], cfg, encoder)
 
 
