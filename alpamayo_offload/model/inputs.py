@@ -13,9 +13,8 @@ before they reach the engine), then rescale + normalise is one 256-entry lookup 
 after the patch reordering is done on uint8 for all frames at once. For a model on a GPU only the
 uint8 patches travel and the lookup runs there, in the model's dtype: a table cast to a dtype then
 looked up equals the float32 lookup cast, so the pixels are the same bit for bit, and the host
-neither builds 70 MB of float32 pixels nor casts and copies them (measured on this CPU: 21 ms of
-lookup and 10 ms of cast left, 3 ms of reordering kept). `preprocess_images_reference` keeps the
-processor path for tests.
+neither builds 70 MB of float32 pixels nor casts and copies them (`bench/diag/pixels_host.py`).
+`preprocess_images_reference` keeps the processor path for tests.
 """
 from __future__ import annotations
 
@@ -144,20 +143,8 @@ def preprocess_images(images: np.ndarray | torch.Tensor, cfg: AlpamayoConfig,
     Bit-identical to `preprocess_images_reference` cast to `dtype`; vectorised over all frames,
     camera-major. Off the CPU the lookup runs on `device` (`lookup_pixels`).
     """
-    frames = _as_frames(images)
-    n, height, width = frames.shape[:3]
-    sizing = ImageSizing.of(cfg)
-    th, tw = sizing.size_hw(height, width)
-    if (th, tw) != (height, width):  # the processor's resize: PIL bicubic on the uint8 frame
-        frames = np.stack([np.asarray(sizing.resize(Image.fromarray(np.ascontiguousarray(f))))
-                           for f in frames])
-    v = cfg.vision
-    p, m, t = v.patch_size, v.spatial_merge_size, v.temporal_patch_size
-    gh, gw = th // p, tw // p
-    # (n, gh/m, m, p, gw/m, m, p, C) -> (n, gh/m, gw/m, m, m, C, p, p): the processor's order
-    patches = np.ascontiguousarray(frames.reshape(n, gh // m, m, p, gw // m, m, p, 3)
-                                   .transpose(0, 1, 4, 2, 5, 7, 3, 6)).reshape(-1, 3, 1, p * p)
-    grid = torch.tensor([[1, gh, gw]], dtype=torch.long).expand(n, 3).contiguous()
+    patches, grid = reorder_patches(images, cfg)
+    t = cfg.vision.temporal_patch_size
     target = torch.device(device)
     if target.type != "cpu":   # through pinned memory: the host does not wait for the copy
         staged = torch.from_numpy(patches).pin_memory()
@@ -169,9 +156,31 @@ def preprocess_images(images: np.ndarray | torch.Tensor, cfg: AlpamayoConfig,
     else:
         values = np.stack([np.take(tables[c], patches[:, c], mode="clip") for c in range(3)], 1)
     # each frame repeated over the temporal patch: (P, C, 1, p*p) -> (P, C * t * p * p)
-    pixel_values = np.broadcast_to(values, (values.shape[0], 3, t, p * p)).reshape(
+    pixel_values = np.broadcast_to(values, (values.shape[0], 3, t, values.shape[-1])).reshape(
         values.shape[0], -1)
     return torch.from_numpy(pixel_values).to(dtype), grid
+
+
+def reorder_patches(images: np.ndarray | torch.Tensor,
+                    cfg: AlpamayoConfig) -> tuple[np.ndarray, torch.Tensor]:
+    """(n_cam, n_frames, H, W, 3) uint8 RGB -> (P, 3, 1, p*p) uint8 patches, image_grid_thw.
+
+    Frames not at the processor's size are resized as it does; the patches are in its order.
+    """
+    frames = _as_frames(images)
+    n, height, width = frames.shape[:3]
+    sizing = ImageSizing.of(cfg)
+    th, tw = sizing.size_hw(height, width)
+    if (th, tw) != (height, width):  # the processor's resize: PIL bicubic on the uint8 frame
+        frames = np.stack([np.asarray(sizing.resize(Image.fromarray(np.ascontiguousarray(f))))
+                           for f in frames])
+    p, m = cfg.vision.patch_size, cfg.vision.spatial_merge_size
+    gh, gw = th // p, tw // p
+    # (n, gh/m, m, p, gw/m, m, p, C) -> (n, gh/m, gw/m, m, m, C, p, p): the processor's order
+    patches = np.ascontiguousarray(frames.reshape(n, gh // m, m, p, gw // m, m, p, 3)
+                                   .transpose(0, 1, 4, 2, 5, 7, 3, 6)).reshape(-1, 3, 1, p * p)
+    grid = torch.tensor([[1, gh, gw]], dtype=torch.long).expand(n, 3).contiguous()
+    return patches, grid
 
 
 def lookup_pixels(patches: torch.Tensor, table: torch.Tensor, temporal: int) -> torch.Tensor:
