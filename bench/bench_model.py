@@ -70,7 +70,10 @@ def bench_inference(args: argparse.Namespace) -> dict:
     torch.cuda.synchronize()
     init_s = time.perf_counter() - t
     t = time.perf_counter()
-    inputs = prepare_inputs(*raw_inputs(1080, 1920), cfg, SyntheticTextIds())
+    # The pixels made on the GPU in the model's dtype, as the engine makes them (until
+    # 2026-11-30 they were float32 on the host; every vision pass cast and copied them).
+    inputs = prepare_inputs(*raw_inputs(1080, 1920), cfg, SyntheticTextIds(), "cuda",
+                            torch.bfloat16)
     prep_s = time.perf_counter() - t
     opts = DecodeOptions(fixed_decode_tokens=args.decode_tokens, diffusion_steps=10)
     runs = []
