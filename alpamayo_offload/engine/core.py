@@ -63,6 +63,9 @@ def _layer_sequences(model: AlpamayoR1) -> list[LayerSequence]:
             for name, layers in model.layer_sequences().items()]
 
 
+_NO_PLAN = 'no plan attached: the engine is closed, or was loaded without replan'
+
+
 class Engine:
     """A loaded model attached to an offload runtime; `infer` runs one inference."""
 
@@ -85,6 +88,19 @@ class Engine:
     @classmethod
     def from_config(cls, config: EngineConfig) -> Engine:
         """Load (or randomly build) the model and attach the runtime with the configured plan."""
+        engine = cls.load(config)
+        engine.replan(resident=config.resident, mode=config.mode,
+                      budget_bytes=config.budget_bytes, embed_on_host=config.embed_on_host,
+                      instrument=config.instrument)
+        return engine
+
+    @classmethod
+    def load(cls, config: EngineConfig) -> Engine:
+        """Load (or randomly build) the model with no plan attached: `replan` attaches one.
+
+        For a caller that may try several plans on one model (the node at start-up, when the
+        configured plan does not fit the VRAM left to it): a refused plan costs no reload.
+        """
         device = torch.device(config.device)
         if device.type == 'cuda' and not torch.cuda.is_available():
             raise EngineError(f'device {config.device!r} requested but CUDA is not available; '
@@ -116,11 +132,7 @@ class Engine:
             raise EngineError(f'cannot load model {config.model!r}: {err}') from err
         except OffloadError as err:
             raise EngineError(f'cannot pin the layers of {config.model!r}: {err}') from err
-        engine = cls(config, model, source, encoder, decoder)
-        engine.replan(resident=config.resident, mode=config.mode,
-                      budget_bytes=config.budget_bytes, embed_on_host=config.embed_on_host,
-                      instrument=config.instrument)
-        return engine
+        return cls(config, model, source, encoder, decoder)
 
     def replan(self, *, resident: Mapping[str, Sequence[int]], mode: str = 'pipelined',
                budget_bytes: int | None = None, embed_on_host: bool = False,
@@ -186,7 +198,7 @@ class Engine:
     def infer(self, model_input: ModelInputLike) -> EngineResult:
         """Frames + world-frame ego history -> trajectory in the t0 ego frame, with timings."""
         if self._runtime is None:
-            raise EngineError('engine is closed')
+            raise EngineError(_NO_PLAN)
         t_start = time.perf_counter()
         if self._inferences == 0:
             self._runtime.prime('vit')   # overlap the first copy with preprocessing
@@ -257,7 +269,7 @@ class Engine:
     def runtime_stats(self, reset: bool = False) -> RuntimeStats:
         """Return the runtime's per-layer statistics since attach or the last reset."""
         if self._runtime is None:
-            raise EngineError('engine is closed')
+            raise EngineError(_NO_PLAN)
         stats = self._runtime.stats()
         if reset:
             self._runtime.reset_stats()

@@ -89,22 +89,23 @@ def load_engine(cfg: NodeConfig) -> LoadedEngine:
 def _first_that_fits(cfg: NodeConfig, budget: ResolvedBudget, configured: _Plan,
                      fallbacks: list[Callable[[], _Plan | None]]
                      ) -> tuple[Any, list[tuple[str, str]]]:
-    """Build the engine with the configured plan, else with each fallback that yields a plan.
+    """Load the model once, then attach the configured plan, else each fallback that yields one.
 
-    The runtime refuses a plan over budget before it moves anything; `Engine.from_config` then
-    raises, so a refused first plan costs one more model load (the fallback path only).
+    The runtime refuses a plan over budget before it moves anything, so a refused plan costs
+    no reload of the model.
     """
     from ..engine import Engine, EngineConfig, EngineError
 
+    engine = Engine.load(EngineConfig(**cfg.engine, budget_bytes=budget.budget_bytes))
     refusals: list[tuple[str, str]] = []   # (plan tried next, why the previous one was refused)
     pending = list(fallbacks)
     candidate: _Plan | None = configured
     while candidate is not None:
         try:
-            engine = Engine.from_config(EngineConfig(
-                **{**cfg.engine, 'resident': candidate.resident,
-                   'embed_on_host': candidate.embed_on_host},
-                budget_bytes=budget.budget_bytes))
+            engine.replan(resident=candidate.resident, mode=engine.config.mode,
+                          budget_bytes=budget.budget_bytes,
+                          embed_on_host=candidate.embed_on_host,
+                          instrument=engine.config.instrument)
             return engine, refusals
         except EngineError as err:
             if not isinstance(err.__cause__, RuntimeBudgetError) or not pending:

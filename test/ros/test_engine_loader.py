@@ -54,6 +54,20 @@ def test_plan_over_budget_degrades_to_streaming_with_the_reason(streaming_bytes:
     assert 'does not fit' in loaded.warning and 'alpamayo-offload plan --budget' in loaded.warning
 
 
+def test_a_refused_plan_costs_no_reload(streaming_bytes: int,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The model is loaded once; the fallback plan is attached to the same loaded model."""
+    from alpamayo_offload.engine import core
+
+    loads = []
+    real = core._load_model
+    monkeypatch.setattr(core, '_load_model', lambda *a: loads.append(a) or real(*a))
+    loaded = load_engine(config(vram_budget=str(streaming_bytes + 1000), **ALL_RESIDENT))
+    assert loaded.report['plan_source'] == 'stream everything, embedding in host RAM'
+    assert len(loads) == 1
+    assert loaded.engine.infer(loaded.engine.example_input(108, 192)).xyz.shape == (64, 3)
+
+
 def test_budget_below_the_minimum_fails_naming_the_shortfall(streaming_bytes: int) -> None:
     with pytest.raises(EngineError, match='over by'):
         load_engine(config(vram_budget=str(streaming_bytes // 2), **ALL_RESIDENT))
