@@ -78,7 +78,7 @@ class Engine:
         self._encoder = encoder
         self._decoder = decoder
         self._runtime: OffloadRuntime | None = None
-        self._embed_home = torch.device('cpu')
+        self._plan: dict[str, Any] | None = None   # set by replan
         self._inferences = 0
         self._calls_seen = 0
         self._layer_bytes = {name: [_module_bytes(m) for m in layers]
@@ -305,6 +305,8 @@ class Engine:
     @property
     def info(self) -> dict[str, Any]:
         """Model identity, device, VRAM and plan, for diagnostics and reports."""
+        if self._plan is None:
+            raise EngineError(_NO_PLAN)
         cfg = self.model.cfg
         rt = self._runtime
         embed = self.model.vlm.model.language_model.embed_tokens.weight

@@ -192,7 +192,7 @@ def lookup_pixels(patches: torch.Tensor, table: torch.Tensor, temporal: int) -> 
     levels = table.shape[1]
     offsets = torch.arange(0, 3 * levels, levels, dtype=torch.int32,
                            device=patches.device).view(1, 3, 1, 1)
-    values = table.reshape(-1)[patches.int() + offsets]
+    values = table.reshape(-1)[patches.int().add_(offsets)]
     return values.expand(values.shape[0], 3, temporal, values.shape[-1]).reshape(
         values.shape[0], -1)
 

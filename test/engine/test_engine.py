@@ -115,6 +115,20 @@ def test_every_pass_prefetches_the_sequence_that_follows(inputs, resident, token
         engine.close()
 
 
+def test_a_loaded_engine_runs_only_once_a_plan_is_attached(inputs, reference) -> None:
+    engine = Engine.load(EngineConfig(mode='pipelined', **SMALL))
+    try:
+        for use in (lambda: engine.infer(inputs), lambda: engine.info):
+            with pytest.raises(EngineError, match='no plan attached'):
+                use()
+        engine.replan(resident={'lm': (1,)}, mode='pipelined')
+        got = engine.infer(inputs)
+        assert engine.info['resident_layers']['lm'] == [1]
+    finally:
+        engine.close()
+    assert np.array_equal(got.samples_xyz, reference.samples_xyz)
+
+
 def test_streamed_bytes_count_every_pass(inputs) -> None:
     engine = Engine.from_config(EngineConfig(mode='pipelined', **SMALL))
     try:
