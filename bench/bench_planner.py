@@ -260,12 +260,17 @@ def _at_row_link(profile: Profile, r: dict[str, Any]) -> Profile | None:
 
 
 def _at_row_cpu(profile: Profile, r: dict[str, Any]) -> Profile | None:
-    """The profile with its host issue terms scaled by the CPU's kernel-issue speed probed
-    around this row against around the profile's host-timed calls (None: not probed)."""
-    row, then = r.get('host_issue_us'), profile.settings.get('host_issue_probe_us')
-    if not row or not then:
+    """The profile at the CPU's kernel-issue speed probed around this row (None: not probed)."""
+    return at_cpu_speed(profile, r.get('host_issue_us') or [])
+
+
+def at_cpu_speed(profile: Profile, probes_us: list[float]) -> Profile | None:
+    """The profile with its host issue terms scaled by the CPU's kernel-issue speed `probes_us`
+    against that probed around the profile's host-timed calls (None: either not probed)."""
+    then = profile.settings.get('host_issue_probe_us')
+    if not probes_us or not then:
         return None
-    scale = statistics.mean(row) / statistics.mean(then)
+    scale = statistics.mean(probes_us) / statistics.mean(then)
     return dataclasses.replace(profile, phases=tuple(
         dataclasses.replace(p, host_layer_ms=tuple(scale * x for x in p.host_layer_ms),
                             host_lead_ms=scale * p.host_lead_ms,

@@ -1,0 +1,112 @@
+"""Do the near-resident plans' misses follow the CPU's speed of the moment, run by run?
+
+bench_planner run 11 (H200, 2026-11-30, docs/benchmarks.md section 3): every row of 8-10 GiB
+came within 0.27 % end to end, but plans with 30-32 of 36 LM layers resident ran their decode
+4-15 % above prediction while the CPU's kernel-issue probe moved between 6.8 and 11.6 µs. Their
+decode issues ~25 ms of host work a pass against 28-35 ms of copies, so a slower CPU makes it
+host-bound. This takes one profile (--profile, from bench_planner on the same kind of machine),
+attaches each plan once and times --runs inferences back to back, probing the CPU's issue speed
+before each: per run, decode measured against decode predicted at the profile's CPU speed and at
+the probed one. The last plan (k = 31) is timed again with the host thread pinned to one core
+(`os.sched_setaffinity`), to see whether pinning steadies the host. No VRAM cap (plans differ in
+what streams, not in speed, under a cap).
+
+    python3 bench/diag/cpu_drift.py --out $OUT/cpu_drift --profile PROFILE.json [--runs 8]
+"""
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+from bench_planner import at_cpu_speed  # noqa: E402
+from diag_cli import paper_engine, parse_args  # noqa: E402
+
+from alpamayo_offload.planning.closed_forms import interleaved_indices  # noqa: E402
+from alpamayo_offload.planning.gpu_profile import host_issue_us  # noqa: E402
+from alpamayo_offload.planning.planner import PlannerOptions, plan  # noqa: E402
+from alpamayo_offload.planning.predictor import Placement, Workload, predict  # noqa: E402
+from alpamayo_offload.planning.profile import Profile, load_profile  # noqa: E402
+
+GIB = 2**30
+
+
+def decode_ms(profile: Profile | None, placement: Placement, workload: Workload) -> float | None:
+    if profile is None:
+        return None
+    return next(p.wall_ms for p in predict(profile, placement, workload).phases
+                if p.name == 'decode')
+
+
+def timed_runs(engine: Any, model_input: Any, runs: int) -> list[dict[str, float]]:
+    """`runs` inferences after one warm-up, each with the CPU's issue speed probed before."""
+    engine.infer(model_input)
+    got = []
+    for _ in range(runs):
+        probe = host_issue_us(torch)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        timings = engine.infer(model_input).timings
+        torch.cuda.synchronize()
+        got.append({'probe_us': probe, 'total_ms': 1000 * (time.perf_counter() - t0),
+                    **{k: 1000 * v for k, v in timings.items()}})
+    return got
+
+
+def main() -> None:
+    args = parse_args(__doc__, runs=8, norms_flag=False, more=lambda ap: ap.add_argument(
+        '--profile', type=Path, required=True, help="bench_planner's profile.json"))
+    profile, _ = load_profile(args.profile)
+    workload = Workload(profile.measured_passes('decode'), 10)
+    n_lm = profile.sequence('lm').n_layers
+    plans = {'planned-16GiB': plan(profile, 16 * GIB, PlannerOptions(workload=workload)).placement,
+             **{f'k{k}': Placement.of({'lm': interleaved_indices(k, n_lm)})
+                for k in (25, 30, 31)}}
+    start = time.perf_counter()
+    engine = paper_engine(fused_norms=True, model='full', device='cuda', mode='pipelined',
+                          pin_all_layers=True)
+    model_input = engine.example_input(presized=True)
+    rows = []
+    pinned_to = min(os.sched_getaffinity(0))
+    for name, placement, pin in [*((n, p, False) for n, p in plans.items()),
+                                 ('k31', plans['k31'], True)]:
+        engine.replan(resident={s: list(placement.indices(s)) for s in ('vit', 'lm', 'expert')},
+                      embed_on_host=placement.embed_on_host)
+        every = os.sched_getaffinity(0)
+        if pin:
+            os.sched_setaffinity(0, {pinned_to})
+        runs = timed_runs(engine, model_input, args.runs)
+        os.sched_setaffinity(0, every)
+        predicted = decode_ms(profile, placement, workload)
+        for r in runs:
+            r['decode_pred_ms'] = predicted
+            r['decode_pred_at_probe_ms'] = decode_ms(at_cpu_speed(profile, [r['probe_us']]),
+                                                     placement, workload)
+        rows.append({'plan': name, 'pinned_core': pinned_to if pin else None, 'runs': runs})
+        print(f'{name}{" pinned" if pin else ""}: {time.perf_counter() - start:.0f} s', flush=True)
+    (args.out / 'cpu_drift.json').write_text(json.dumps(
+        {'profile': str(args.profile), 'profile_probe_us':
+         profile.settings.get('host_issue_probe_us'), 'rows': rows}, indent=1) + '\n')
+    print('| plan | probe µs min/med/max | decode ms min/med/max | predicted | at probe, med '
+          '| decode error at probe, each run |')
+    print('|---|---|---|---|---|---|')
+    for row in rows:
+        runs = row['runs']
+        probe = [r['probe_us'] for r in runs]
+        dec = [r['decode'] for r in runs]
+        at = [r['decode_pred_at_probe_ms'] for r in runs]
+        errs = ' '.join(f"{100 * (a - d) / d:+.1f}" for a, d in zip(at, dec, strict=True))
+        print(f"| {row['plan']}{' pinned' if row['pinned_core'] is not None else ''} | "
+              f'{min(probe):.1f}/{statistics.median(probe):.1f}/{max(probe):.1f} | '
+              f'{min(dec):.0f}/{statistics.median(dec):.0f}/{max(dec):.0f} | '
+              f"{runs[0]['decode_pred_ms']:.0f} | {statistics.median(at):.0f} | {errs} |")
+
+
+if __name__ == '__main__':
+    main()
