@@ -270,12 +270,7 @@ def at_cpu_speed(profile: Profile, probes_us: list[float]) -> Profile | None:
     then = profile.settings.get('host_issue_probe_us')
     if not probes_us or not then:
         return None
-    scale = statistics.mean(probes_us) / statistics.mean(then)
-    return dataclasses.replace(profile, phases=tuple(
-        dataclasses.replace(p, host_layer_ms=tuple(scale * x for x in p.host_layer_ms),
-                            host_lead_ms=scale * p.host_lead_ms,
-                            host_stream_ms=scale * p.host_stream_ms)
-        for p in profile.phases))
+    return profile.with_host_scaled(statistics.mean(probes_us) / statistics.mean(then))
 
 
 def _device_error(profile: Profile | None, r: dict[str, Any], workload: Workload) -> float | None:

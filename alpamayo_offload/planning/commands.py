@@ -85,6 +85,11 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                    help="the node's decode.max_tokens: its VRAM check counts the KV cache for "
                         'this many tokens, and so does the plan (default %(default)s, the '
                         "node's default)")
+    p.add_argument('--cpu-headroom', type=float, default=1.0,
+                   help='choose the plan as if the CPU issued work this many times slower than '
+                        'profiled (e.g. 1.33 for a CPU shared with other nodes): avoids plans '
+                        'that turn host-bound when it slows down; the prediction stays at the '
+                        'profiled speed (default %(default)s)')
     p.add_argument('--model', default=None,
                    help='model in use (preset or checkpoint); refuses a profile of another one')
     p.add_argument('--force', action='store_true', help='use a profile from another GPU or model')
@@ -97,10 +102,13 @@ def _options(args: argparse.Namespace, profile: Profile) -> PlannerOptions:
         profile.measured_passes('diffusion'))
     if args.max_decode_tokens < 1:
         raise PlanningError(f'--max-decode-tokens {args.max_decode_tokens}: give at least 1')
+    if not 1.0 <= args.cpu_headroom <= 4.0:
+        raise PlanningError(f'--cpu-headroom {args.cpu_headroom}: give 1 (the profiled CPU) to 4')
     return PlannerOptions(workload=Workload(decode, steps), pipeline=Pipeline(args.pipeline),
                           allow_embed_on_host=not args.no_embed_on_host,
                           sequences=tuple(m.strip() for m in args.modules.split(',') if m.strip()),
-                          max_decode_tokens=args.max_decode_tokens)
+                          max_decode_tokens=args.max_decode_tokens,
+                          cpu_headroom=args.cpu_headroom)
 
 
 def _gpu() -> tuple[str | None, int | None, str | None]:
@@ -151,7 +159,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     header = (f'Written by `alpamayo-offload plan --budget {args.budget}` '
               f'({result.strategy}, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%dT%H:%MZ})'
               f'\nVRAM needed {format_bytes(result.vram.total)} with decode.max_tokens '
-              f'{args.max_decode_tokens}; '
+              f'{args.max_decode_tokens}; chosen with CPU headroom '
+              f'{args.cpu_headroom:g} (1: as profiled); '
               f'-1 in resident_layers means no layer of that module is resident.')
     write_plan_params(args.out, params, header)
     sys.stdout.write(_describe(profile, result.placement, _options(args, profile)) + '\n')

@@ -11,6 +11,7 @@ worse than the paper's interleaved VLM-only plan for the same budget (that plan 
 """
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import logging
 from dataclasses import dataclass
@@ -57,8 +58,13 @@ class PlannerOptions:
     allow_embed_on_host: bool = True
     sequences: tuple[str, ...] | None = None     # may hold resident layers; None: all
     max_decode_tokens: int | None = None         # the engine's limit, for VRAM; None: as profiled
+    # Choose as if the CPU issued work this many times slower than profiled (1: as profiled).
+    cpu_headroom: float = 1.0
 
     def __post_init__(self) -> None:
+        if not 1.0 <= self.cpu_headroom <= 4.0:
+            raise ValueError(f'PlannerOptions.cpu_headroom = {self.cpu_headroom}; give 1 (the '
+                             f'profiled CPU) to 4')
         if self.sequences is not None and not self.sequences:
             raise ValueError('PlannerOptions.sequences is empty; give None (all) or a name')
         if self.max_decode_tokens is not None and self.max_decode_tokens < 1:
@@ -201,17 +207,29 @@ def interleaved_plan(profile: Profile, budget_bytes: int, options: PlannerOption
 
 def plan(profile: Profile, budget_bytes: int, options: PlannerOptions = PlannerOptions()
          ) -> PlanResult:
-    """Find the placement with the lowest predicted latency that fits `budget_bytes`."""
+    """Find the placement with the lowest predicted latency that fits `budget_bytes`.
+
+    With `options.cpu_headroom` h > 1 the search and the choice run on the profile with its
+    host issue times times h, so a plan that turns host-bound when the CPU slows down (a decode
+    with most LM layers resident: benchmarks.md section 3, run 11) loses to one that stays
+    copy-bound; the result's prediction is at the profiled CPU speed.
+    """
     _check_budget(profile, budget_bytes, options)
+    judged = profile if options.cpu_headroom == 1.0 else profile.with_host_scaled(
+        options.cpu_headroom)
     host_options = (False, True) if options.allow_embed_on_host else (False,)
-    candidates = [_greedy(profile, budget_bytes, options, host) for host in host_options]
+    candidates = [_greedy(judged, budget_bytes, options, host) for host in host_options]
     if 'lm' in _streamed_sequences(profile) and (options.sequences is None
                                                   or 'lm' in options.sequences):
-        candidates += [interleaved_plan(profile, budget_bytes, options, 'lm', host)
+        candidates += [interleaved_plan(judged, budget_bytes, options, 'lm', host)
                        for host in host_options]
     found = [c for c in candidates if c is not None]
     best = min(found, key=lambda c: (c.prediction.total_ms, c.vram.total))
-    LOG.info('plan for %s: %.3f s predicted (%s, %d resident layers, embed on host: %s)',
-             format_bytes(budget_bytes), best.prediction.total_s, best.strategy,
-             best.placement.count(), best.placement.embed_on_host)
+    if judged is not profile:
+        best = dataclasses.replace(best, prediction=predict(
+            profile, best.placement, options.workload, options.pipeline))
+    LOG.info('plan for %s: %.3f s predicted (%s, %d resident layers, embed on host: %s, '
+             'CPU headroom %.2f)', format_bytes(budget_bytes), best.prediction.total_s,
+             best.strategy, best.placement.count(), best.placement.embed_on_host,
+             options.cpu_headroom)
     return best

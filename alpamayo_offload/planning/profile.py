@@ -272,6 +272,17 @@ class Profile:
             dataclasses.replace(p, host_layer_ms=(), host_lead_ms=0.0, host_stream_ms=0.0)
             for p in self.phases))
 
+    def with_host_scaled(self, factor: float) -> Profile:
+        """Return the profile with every host issue time times `factor`.
+
+        The same machine with a CPU `factor` times slower (or faster, below 1) at issuing work.
+        """
+        return dataclasses.replace(self, phases=tuple(
+            dataclasses.replace(p, host_layer_ms=tuple(factor * x for x in p.host_layer_ms),
+                                host_lead_ms=factor * p.host_lead_ms,
+                                host_stream_ms=factor * p.host_stream_ms)
+            for p in self.phases))
+
     def measured_passes(self, repeats: str) -> int:
         """Count the passes the profiling run made of the phases whose count `repeats` sets."""
         return max((p.measured_passes for p in self.phases if p.repeats == repeats), default=0)

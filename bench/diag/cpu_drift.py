@@ -4,17 +4,16 @@ bench_planner run 11 (H200, 2026-11-30, docs/benchmarks.md section 3): every row
 came within 0.27 % end to end, but plans with 30-32 of 36 LM layers resident ran their decode
 4-15 % above prediction while the CPU's kernel-issue probe moved between 6.8 and 11.6 µs. Their
 decode issues ~25 ms of host work a pass against 28-35 ms of copies, so a slower CPU makes it
-host-bound. This takes one profile (--profile, from bench_planner on the same kind of machine),
-attaches each plan once and times --runs inferences back to back, probing the CPU's issue speed
-before each: per run, decode measured against decode predicted at the profile's CPU speed and at
-the probed one. The last plan (k = 31) is timed again with the host thread pinned to one core
-(`os.sched_setaffinity`), to see whether pinning steadies the host. No VRAM cap (plans differ in
-what streams, not in speed, under a cap).
+host-bound. This takes one profile (--profile, from bench_planner on the same kind of machine)
+and times the 16 GiB plan chosen with CPU headroom 1, 1.33 and 1.5 (`PlannerOptions`) and the
+paper's k = 30 and 31, --rounds visits of --runs inferences each (plans alternate between
+visits), probing the CPU's issue speed before each run: per run, decode measured against decode
+predicted at the profile's CPU speed and at the probed one. No VRAM cap (a cap changes what
+fits, not the speed). Run 11c's table (a pinned-core row, no headroom rows) came from 3ecae48.
 
-    python3 bench/diag/cpu_drift.py --out $OUT/cpu_drift --profile PROFILE.json [--runs 8]
+    python3 bench/diag/cpu_drift.py --out $OUT/cpu_drift --profile PROFILE.json
 """
 import json
-import os
 import statistics
 import sys
 import time
@@ -60,52 +59,59 @@ def timed_runs(engine: Any, model_input: Any, runs: int) -> list[dict[str, float
 
 
 def main() -> None:
-    args = parse_args(__doc__, runs=8, norms_flag=False, more=lambda ap: ap.add_argument(
-        '--profile', type=Path, required=True, help="bench_planner's profile.json"))
+    def more(ap: Any) -> None:
+        ap.add_argument('--profile', type=Path, required=True, help="bench_planner's profile")
+        ap.add_argument('--rounds', type=int, default=2, help='visits of every plan')
+
+    args = parse_args(__doc__, runs=5, norms_flag=False, more=more)
     profile, _ = load_profile(args.profile)
     workload = Workload(profile.measured_passes('decode'), 10)
     n_lm = profile.sequence('lm').n_layers
-    plans = {'planned-16GiB': plan(profile, 16 * GIB, PlannerOptions(workload=workload)).placement,
-             **{f'k{k}': Placement.of({'lm': interleaved_indices(k, n_lm)})
-                for k in (25, 30, 31)}}
+    plans = {**{f'planned-16GiB-h{h:g}': plan(profile, 16 * GIB, PlannerOptions(
+        workload=workload, cpu_headroom=h)).placement for h in (1.0, 1.33, 1.5)},
+             **{f'k{k}': Placement.of({'lm': interleaved_indices(k, n_lm)}) for k in (30, 31)}}
     start = time.perf_counter()
     engine = paper_engine(fused_norms=True, model='full', device='cuda', mode='pipelined',
                           pin_all_layers=True)
     model_input = engine.example_input(presized=True)
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in plans}
+    for _ in range(args.rounds):
+        for name, placement in plans.items():
+            engine.replan(resident={s: list(placement.indices(s))
+                                    for s in ('vit', 'lm', 'expert')},
+                          embed_on_host=placement.embed_on_host)
+            runs[name] += timed_runs(engine, model_input, args.runs)
+            print(f'{name}: {time.perf_counter() - start:.0f} s', flush=True)
     rows = []
-    pinned_to = min(os.sched_getaffinity(0))
-    for name, placement, pin in [*((n, p, False) for n, p in plans.items()),
-                                 ('k31', plans['k31'], True)]:
-        engine.replan(resident={s: list(placement.indices(s)) for s in ('vit', 'lm', 'expert')},
-                      embed_on_host=placement.embed_on_host)
-        every = os.sched_getaffinity(0)
-        if pin:
-            os.sched_setaffinity(0, {pinned_to})
-        runs = timed_runs(engine, model_input, args.runs)
-        os.sched_setaffinity(0, every)
+    for name, placement in plans.items():
         predicted = decode_ms(profile, placement, workload)
-        for r in runs:
+        for r in runs[name]:
             r['decode_pred_ms'] = predicted
             r['decode_pred_at_probe_ms'] = decode_ms(at_cpu_speed(profile, [r['probe_us']]),
                                                      placement, workload)
-        rows.append({'plan': name, 'pinned_core': pinned_to if pin else None, 'runs': runs})
-        print(f'{name}{" pinned" if pin else ""}: {time.perf_counter() - start:.0f} s', flush=True)
+        rows.append({'plan': name, 'resident': {s: list(placement.indices(s))
+                                                for s in ('vit', 'lm', 'expert')},
+                     'embed_on_host': placement.embed_on_host,
+                     'predicted_s': predict(profile, placement, workload).total_s,
+                     'runs': runs[name]})
     (args.out / 'cpu_drift.json').write_text(json.dumps(
         {'profile': str(args.profile), 'profile_probe_us':
          profile.settings.get('host_issue_probe_us'), 'rows': rows}, indent=1) + '\n')
-    print('| plan | probe µs min/med/max | decode ms min/med/max | predicted | at probe, med '
-          '| decode error at probe, each run |')
-    print('|---|---|---|---|---|---|')
+    print('| plan | predicted s | total s min/med/max | probe µs min/med/max | '
+          'decode ms min/med/max | decode predicted | decode error at probe, each run |')
+    print('|---|---|---|---|---|---|---|')
     for row in rows:
-        runs = row['runs']
-        probe = [r['probe_us'] for r in runs]
-        dec = [r['decode'] for r in runs]
-        at = [r['decode_pred_at_probe_ms'] for r in runs]
-        errs = ' '.join(f"{100 * (a - d) / d:+.1f}" for a, d in zip(at, dec, strict=True))
-        print(f"| {row['plan']}{' pinned' if row['pinned_core'] is not None else ''} | "
+        got = row['runs']
+        total = [r['total_ms'] / 1000 for r in got]
+        probe = [r['probe_us'] for r in got]
+        dec = [r['decode'] for r in got]
+        errs = ' '.join(f"{100 * (r['decode_pred_at_probe_ms'] - r['decode']) / r['decode']:+.1f}"
+                        for r in got)
+        print(f"| {row['plan']} | {row['predicted_s']:.3f} | "
+              f'{min(total):.3f}/{statistics.median(total):.3f}/{max(total):.3f} | '
               f'{min(probe):.1f}/{statistics.median(probe):.1f}/{max(probe):.1f} | '
               f'{min(dec):.0f}/{statistics.median(dec):.0f}/{max(dec):.0f} | '
-              f"{runs[0]['decode_pred_ms']:.0f} | {statistics.median(at):.0f} | {errs} |")
+              f"{got[0]['decode_pred_ms']:.0f} | {errs} |")
 
 
 if __name__ == '__main__':
