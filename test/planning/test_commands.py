@@ -51,6 +51,21 @@ def test_plan_names_the_phases_that_follow_the_cpu(tmp_path: Path,
     assert 'follows the CPU' in capsys.readouterr().out
 
 
+def test_plan_with_cpu_headroom_takes_16_gib_off_the_cpu(tmp_path: Path,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    """H200 run 11's first profile: decode follows the CPU at 16 GiB unless headroom 1.33."""
+    run11 = (Path(__file__).resolve().parents[2] / 'docs' / 'results' / '2026-11-30-h200'
+             / 'run11' / 'planner_a' / 'profile.json')
+    out = tmp_path / 'safe.yaml'
+    assert _run(['plan', '--profile', str(run11), '--budget', '16GiB', '--cpu-headroom', '1.33',
+                 '--out', str(out)]) == 0
+    assert read_plan_params(out).cpu_sensitive_phases == ''
+    assert 'CPU headroom 1.33' in out.read_text()
+    assert _run(['plan', '--profile', str(run11), '--budget', '16GiB', '--cpu-headroom', '0.8',
+                 '--out', str(out)]) == 2
+    assert '--cpu-headroom 0.8' in caplog.text
+
+
 @pytest.mark.parametrize(('run', 'fused'), [('run6/planner', False), ('run7/planner_a', True)])
 def test_plan_file_sets_the_norms_its_profile_was_timed_with(run: str, fused: bool,
                                                             tmp_path: Path) -> None:

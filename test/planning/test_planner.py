@@ -109,3 +109,16 @@ def test_restricting_modules() -> None:
 def test_a_decode_limit_below_one_token_is_refused() -> None:
     with pytest.raises(ValueError, match='max_decode_tokens = 0'):
         PlannerOptions(max_decode_tokens=0)
+
+
+def test_cpu_headroom_outside_one_to_four_is_refused() -> None:
+    for bad in (0.9, 4.5):
+        with pytest.raises(ValueError, match='cpu_headroom'):
+            PlannerOptions(cpu_headroom=bad)
+
+
+def test_cpu_headroom_changes_nothing_without_host_terms() -> None:
+    """Table III's profile has no host issue times: a slower CPU costs nothing there."""
+    for budget in (8 * GIB, 12 * GIB, 16 * GIB):
+        assert plan(PROFILE, budget, PlannerOptions(cpu_headroom=1.5)).placement == plan(
+            PROFILE, budget).placement
