@@ -155,7 +155,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
                         vram_budget=format_bytes(budget),
                         predicted_latency_s=result.prediction.total_s,
                         profile=profile_ref(args.profile, digest),
-                        cpu_sensitive_phases=','.join(result.prediction.cpu_sensitive_phases()))
+                        cpu_sensitive_phases=','.join(result.prediction.cpu_sensitive_phases()),
+                        cpu_headroom=args.cpu_headroom)
     header = (f'Written by `alpamayo-offload plan --budget {args.budget}` '
               f'({result.strategy}, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%dT%H:%MZ})'
               f'\nVRAM needed {format_bytes(result.vram.total)} with decode.max_tokens '

@@ -21,7 +21,7 @@ MODULES = ('vit', 'lm', 'expert')
 # Flattened ROS parameter names this file defines (what the node declares).
 PARAM_KEYS = (*(f'resident_layers.{m}' for m in MODULES), 'embed_on_host', 'fused_norms',
               'vram_budget', 'plan.predicted_latency_s', 'plan.profile',
-              'plan.cpu_sensitive_phases')
+              'plan.cpu_sensitive_phases', 'plan.cpu_headroom')
 
 
 def resident_to_param(indices: Iterable[int]) -> list[int]:
@@ -71,6 +71,9 @@ class PlanParams:
     # Phases whose predicted latency follows the CPU (`PhasePrediction.cpu_sensitive`), so the
     # node's measured latency there moves with host load: comma-separated, '' for none.
     cpu_sensitive_phases: str = ''
+    # The CPU slowdown the plan was chosen to absorb (`PlannerOptions.cpu_headroom`), so a node
+    # that must re-plan at start-up chooses alike.
+    cpu_headroom: float = 1.0
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.resident) - set(MODULES))
@@ -89,7 +92,8 @@ class PlanParams:
             'vram_budget': self.vram_budget,
             'plan': {'predicted_latency_s': round(float(self.predicted_latency_s), 4),
                      'profile': self.profile,
-                     'cpu_sensitive_phases': self.cpu_sensitive_phases},
+                     'cpu_sensitive_phases': self.cpu_sensitive_phases,
+                     'cpu_headroom': float(self.cpu_headroom)},
         }}}
 
 
@@ -116,6 +120,7 @@ def read_plan_params(path: str | Path) -> PlanParams:
             profile=_typed(plan['profile'], str, 'plan.profile'),
             cpu_sensitive_phases=_typed(plan.get('cpu_sensitive_phases', ''), str,
                                         'plan.cpu_sensitive_phases'),   # absent before 2026-11-30
+            cpu_headroom=float(plan.get('cpu_headroom', 1.0)),  # absent before run 11
         )
     except (OSError, yaml.YAMLError) as err:
         raise PlanFileError(f'cannot read plan file {str(path)!r} ({err}); write one with '

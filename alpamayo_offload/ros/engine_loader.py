@@ -69,7 +69,8 @@ def load_engine(cfg: NodeConfig) -> LoadedEngine:
         lambda: _replan(str(cfg.plan_info.get('plan.profile', '')), budget, cfg.engine['model'],
                         _gpu_name(cfg.engine['device']),
                         max_decode_tokens=cfg.engine['max_decode_tokens'],
-                        fused_norms=cfg.engine['fused_norms']),
+                        fused_norms=cfg.engine['fused_norms'],
+                        cpu_headroom=cfg.plan_info.get('plan.cpu_headroom', 1.0)),
         lambda: _Plan({}, True, 'stream everything, embedding in host RAM'),
     ]
     engine, refusals = _first_that_fits(cfg, budget, configured, fallbacks)
@@ -121,12 +122,13 @@ def _first_that_fits(cfg: NodeConfig, budget: ResolvedBudget, configured: _Plan,
 
 def _replan(profile_ref: str, budget: ResolvedBudget, model: str,
             gpu_name: str | None, *, max_decode_tokens: int | None = None,
-            fused_norms: bool) -> _Plan | None:
+            fused_norms: bool, cpu_headroom: float = 1.0) -> _Plan | None:
     """Return the planner's placement for this budget from the plan file's profile, if usable.
 
     The profile must be the one the plan was made from (same sha256), of this model and GPU.
     VRAM is planned for the node's own decode limit (`decode.max_tokens`), which the engine's
-    check counts: a plan made for a smaller one may miss by the KV cache of the difference.
+    check counts: a plan made for a smaller one may miss by the KV cache of the difference. The
+    plan file's `plan.cpu_headroom` is kept, so the re-plan chooses as the plan did.
     """
     if not profile_ref or budget.budget_bytes is None:
         return None
@@ -141,8 +143,9 @@ def _replan(profile_ref: str, budget: ResolvedBudget, model: str,
         check_profile(profile, gpu_name=gpu_name, model_identity=model_identity(model),
                       driver=driver, kernel_settings=kernels)
         result = plan(profile, budget.budget_bytes,
-                      PlannerOptions(max_decode_tokens=max_decode_tokens))
-    except PlanningError as err:
+                      PlannerOptions(max_decode_tokens=max_decode_tokens,
+                                     cpu_headroom=float(cpu_headroom)))
+    except (PlanningError, ValueError, TypeError) as err:
         LOG.warning('cannot re-plan from plan.profile %r: %s', profile_ref, err)
         return None
     placement = result.placement

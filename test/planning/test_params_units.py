@@ -50,6 +50,16 @@ def test_yaml_has_exact_keys_and_round_trips(tmp_path: Path) -> None:
     assert back.embed_on_host and back.predicted_latency_s == pytest.approx(4.0567)
     assert split_profile_ref(back.profile) == ('/tmp/p.json', 'abc')
     assert back.fused_norms is False
+    assert back.cpu_headroom == 1.0 and flat['plan.cpu_headroom'] == 1.0
+
+
+def test_plan_files_record_the_cpu_headroom_and_older_files_read_as_one(
+        tmp_path: Path) -> None:
+    path = tmp_path / 'safe.yaml'
+    write_plan_params(path, PlanParams(resident={'lm': (1,)}, cpu_headroom=1.33))
+    assert read_plan_params(path).cpu_headroom == 1.33
+    path.write_text(path.read_text().replace('    cpu_headroom: 1.33\n', ''))
+    assert read_plan_params(path).cpu_headroom == 1.0
 
 
 def test_plan_files_without_norms_leave_the_node_its_own(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from alpamayo_offload.planning.paper import table3_profile
 from alpamayo_offload.planning.params import profile_ref
 from alpamayo_offload.planning.planner import vram_needed
 from alpamayo_offload.planning.predictor import Placement
+from alpamayo_offload.planning.profile import load_profile
 from alpamayo_offload.ros import params
 from alpamayo_offload.ros.engine_loader import _replan, load_engine
 from alpamayo_offload.ros.vram import ResolvedBudget
@@ -88,6 +89,22 @@ def test_replan_takes_the_planner_placement_only_from_the_matching_profile(
     assert _replan(str(path) + '#sha256=00', budget, 'full', None,
                    fused_norms=True) is None                               # file changed
     assert _replan('', budget, 'full', None, fused_norms=True) is None
+
+
+def test_replan_keeps_the_plan_files_cpu_headroom() -> None:
+    """H200 run 11's profile: at 16 GiB headroom 1.33 takes decode off the CPU; the node's
+    re-plan follows the plan file, and a headroom out of range is a warning, not a crash."""
+    path = (Path(__file__).resolve().parents[2] / 'docs' / 'results' / '2026-11-30-h200'
+            / 'run11' / 'planner_a' / 'profile.json')
+    profile, digest = load_profile(path)
+    ref = profile_ref(path, digest)
+    budget = ResolvedBudget('16GiB', 16 * 2**30, None)
+    for headroom in (1.0, 1.33):
+        got = _replan(ref, budget, 'full', None, fused_norms=True, cpu_headroom=headroom)
+        want = plan(profile, 16 * 2**30, PlannerOptions(cpu_headroom=headroom)).placement
+        assert got is not None and {m: tuple(v) for m, v in got.resident.items()} == \
+            {m: want.indices(m) for m in ('vit', 'lm', 'expert')}
+    assert _replan(ref, budget, 'full', None, fused_norms=True, cpu_headroom=0.5) is None
 
 
 
