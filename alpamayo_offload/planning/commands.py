@@ -169,6 +169,19 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+# CPU slowdowns `_describe` prices a plan at: how far the plan's latency follows the host.
+_SLOWER_CPU = (1.25, 1.5)
+
+
+def _at_slower_cpu(profile: Profile, placement: Placement, options: PlannerOptions) -> str:
+    """Say the plan's predicted latency with the CPU issuing work `_SLOWER_CPU` times slower."""
+    if not profile.host_issue_measured:
+        return 'not predicted (the profile has no host issue times)'
+    slower = [predict(profile.with_host_scaled(f), placement, options.workload,
+                      options.pipeline).total_s for f in _SLOWER_CPU]
+    return ', '.join(f'x{f:g} {s:.3f} s' for f, s in zip(_SLOWER_CPU, slower, strict=True))
+
+
 def _describe(profile: Profile, placement: Placement, options: PlannerOptions) -> str:
     pred = predict(profile, placement, options.workload, options.pipeline)
     vram = vram_needed(profile, placement, options.max_decode_tokens)
@@ -177,6 +190,7 @@ def _describe(profile: Profile, placement: Placement, options: PlannerOptions) -
              f'fixed {format_bytes(vram.fixed + vram.embed)}, '
              f'working set {format_bytes(vram.working_set)}), embed on host: '
              f'{placement.embed_on_host}',
+             f'with a slower CPU: {_at_slower_cpu(profile, placement, options)}',
              f'{"phase":<10} {"passes":>6} {"wall ms":>10} {"copy ms":>10} {"compute ms":>10} '
              f'{"bubble ms":>10} {"host ms":>10}  follows the CPU']
     lines += [f'{p.name:<10} {p.passes:>6} {p.wall_ms:>10.1f} {p.copy_ms:>10.1f} '

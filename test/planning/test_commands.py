@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -36,7 +37,9 @@ def test_plan_writes_the_parameter_file(profile_path: Path, tmp_path: Path,
     assert params.vram_budget == '12.000GiB' and len(params.resident['lm']) >= 20
     assert params.profile.startswith(str(profile_path) + '#sha256=')
     assert 0 < params.predicted_latency_s < 10.4
-    assert 'decode' in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert 'decode' in text
+    assert 'with a slower CPU: not predicted (the profile has no host issue times)' in text
 
 
 def test_plan_names_the_phases_that_follow_the_cpu(tmp_path: Path,
@@ -51,12 +54,25 @@ def test_plan_names_the_phases_that_follow_the_cpu(tmp_path: Path,
     assert 'follows the CPU' in capsys.readouterr().out
 
 
-def test_plan_with_cpu_headroom_takes_16_gib_off_the_cpu(tmp_path: Path,
-                                                          caplog: pytest.LogCaptureFixture) -> None:
-    """H200 run 11's first profile: decode follows the CPU at 16 GiB unless headroom 1.33."""
+def test_plan_with_cpu_headroom_takes_16_gib_off_the_cpu(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """H200 run 11's first profile: decode follows the CPU at 16 GiB unless headroom 1.33; the
+    output prices each plan with a 1.25 and 1.5 times slower CPU."""
     run11 = (Path(__file__).resolve().parents[2] / 'docs' / 'results' / '2026-11-30-h200'
              / 'run11' / 'planner_a' / 'profile.json')
     out = tmp_path / 'safe.yaml'
+    slower = {}
+    for headroom in ('1', '1.5'):
+        assert _run(['plan', '--profile', str(run11), '--budget', '16GiB', '--cpu-headroom',
+                     headroom, '--out', str(out)]) == 0
+        text = capsys.readouterr().out
+        got = re.search(r'predicted ([\d.]+) s.*\nwith a slower CPU: x1.25 ([\d.]+) s, '
+                        r'x1.5 ([\d.]+) s', text)
+        assert got is not None
+        slower[headroom] = [float(x) for x in got.groups()]
+    assert slower['1'][0] < slower['1.5'][0] and slower['1'][2] > slower['1.5'][2]
+    assert slower['1.5'][2] < 1.01 * slower['1.5'][0]
     assert _run(['plan', '--profile', str(run11), '--budget', '16GiB', '--cpu-headroom', '1.33',
                  '--out', str(out)]) == 0
     assert read_plan_params(out).cpu_sensitive_phases == ''
