@@ -37,6 +37,7 @@ GIB = 2**30
 
 
 def decode_ms(profile: Profile | None, placement: Placement, workload: Workload) -> float | None:
+    """The decode phase's predicted wall time (None without a profile, e.g. an unprobed CPU)."""
     if profile is None:
         return None
     return next(p.wall_ms for p in predict(profile, placement, workload).phases
