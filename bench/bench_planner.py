@@ -10,6 +10,8 @@ VLM-only plan at the same budget. Writes bench_planner.{json,md,png} and profile
 each measured row is appended to rows.jsonl at once, so a run cut short (the GPU machine's 10 min
 per command) keeps its rows and `--report` writes the tables and plot from them on any machine.
 `--budget-s` stops before a row would overrun; `--parts sweep` measures the sweep alone.
+`--cpu-headroom H` (after run 11) adds, at each budget whose planned plan has a phase following
+the CPU, the plan `plan --cpu-headroom H` chooses there (kind `headroom-H`); not yet run.
 The engine packs every layer once into a pinned host store (`pin_all_layers`, after run 9), so
 a visit's re-attach no longer re-pins and re-copies the streamed layers (most of a visit's
 18-25 s before).
@@ -156,6 +158,24 @@ def build_rows(todo: Todo, visits: list[list[Visit]], profile: Profile, workload
             for (kind, budget, placement), v in zip(todo, visits, strict=True) if v]
 
 
+def budget_rows(profile: Profile, budgets: list[int], options: PlannerOptions,
+                cpu_headroom: float) -> Todo:
+    """Per budget: the planned and the paper's interleaved plan, and the plan chosen with
+    `cpu_headroom` where the planned one has a phase following the CPU and it differs."""
+    todo: Todo = []
+    for budget in budgets:
+        fastest = plan(profile, budget, options)
+        todo.append(('planned', budget, fastest.placement))
+        paper = interleaved_plan(profile, budget, options)
+        if paper is not None:
+            todo.append(('interleaved', budget, paper.placement))
+        if cpu_headroom > 1.0 and fastest.prediction.cpu_sensitive_phases():
+            safe = plan(profile, budget, dataclasses.replace(options, cpu_headroom=cpu_headroom))
+            if safe.placement != fastest.placement:
+                todo.append((f'headroom-{cpu_headroom:g}', budget, safe.placement))
+    return todo
+
+
 def measure_all(engine: Any, model_input: Any, todo: Todo, profile: Profile, workload: Workload,
                 args: argparse.Namespace, start: float) -> tuple[list[list[Visit]], dict[int, str]]:
     """Every row's visits, in `--order`, and why rows were cut. Each visit rewrites rows.jsonl,
@@ -230,7 +250,8 @@ def plot(path: Path, profile: Profile, workload: Workload, rows: list[dict[str, 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     ax.plot([b / GIB for b in budgets], planned, label='planner, predicted')
     ax.plot([b / GIB for b in budgets], paper, '--', label='interleaved LM only (Eq. 8), predicted')
-    for kind, marker in (('planned', 'o'), ('interleaved', 's'), ('sweep', '^')):
+    for kind, marker in (('planned', 'o'), ('headroom', 'D'), ('interleaved', 's'),
+                         ('sweep', '^')):
         pts = [(r['planned_vram_bytes'] / GIB, r['measured_s']) for r in rows
                if r['kind'].startswith(kind)]
         if pts:
@@ -402,6 +423,9 @@ def main() -> int:
     ap.add_argument('--budgets', default='8,10,12,14,16', help='GiB')
     ap.add_argument('--parts', default='budgets,sweep',
                     help='budgets (planned + interleaved per budget), sweep (k = 0, 5, ..., max)')
+    ap.add_argument('--cpu-headroom', type=float, default=1.0,
+                    help='also measure, per budget, the plan chosen with this CPU headroom '
+                         '(`plan --cpu-headroom`) where it differs from the planned one')
     ap.add_argument('--sweep-step', type=int, default=5)
     ap.add_argument('--sweep-from', type=int, default=0,
                     help='measure only sweep rows with at least this many resident LM layers')
@@ -428,6 +452,8 @@ def main() -> int:
     parts = set(args.parts.split(','))
     if not parts or not parts <= PARTS:
         ap.error(f'--parts {args.parts!r}: give one or more of {sorted(PARTS)}, comma separated')
+    if not 1.0 <= args.cpu_headroom <= 4.0:
+        ap.error(f'--cpu-headroom {args.cpu_headroom}: give 1 (none) to 4')
     if args.runs < 1 or args.warmup < 0:
         ap.error(f'--runs {args.runs} --warmup {args.warmup}: give at least 1 run, no negative '
                  'warm-up')
@@ -467,11 +493,7 @@ def main() -> int:
     budgets = [int(float(x) * GIB) for x in args.budgets.split(',')]
     todo: Todo = []
     if 'budgets' in parts:
-        for budget in budgets:
-            for kind, result in (('planned', plan(profile, budget, options)),
-                                 ('interleaved', interleaved_plan(profile, budget, options))):
-                if result is not None:
-                    todo.append((kind, budget, result.placement))
+        todo += budget_rows(profile, budgets, options, args.cpu_headroom)
     if 'sweep' in parts:
         n_lm = profile.sequence('lm').n_layers
         fits = [k for k in range(n_lm) if vram_needed(profile, Placement.of(

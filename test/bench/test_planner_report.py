@@ -74,3 +74,20 @@ def test_report_writes_the_table_from_committed_rows(tmp_path: Path) -> None:
     assert cells[10] == cells[14] == '+10.27 %'     # device error; at the profile's CPU speed
     assert cells[16] == '10.0/10.0 (10.0)'
     assert (out / 'bench_planner.png').stat().st_size > 10_000
+
+
+def test_headroom_rows_only_where_the_planned_plan_follows_the_cpu() -> None:
+    """Run 11's first profile: only the 16 GiB plan has a decode following the CPU, so
+    `--cpu-headroom 1.5` adds one row, the plan `plan --cpu-headroom 1.5` chooses."""
+    from alpamayo_offload.planning.planner import PlannerOptions, plan
+
+    profile, _ = load_profile(RUN.parents[1] / 'run11' / 'planner_a' / 'profile.json')
+    options = PlannerOptions(workload=Workload(profile.measured_passes('decode'), 10))
+    budgets = [b * 2**30 for b in (16, 14, 12, 10, 8)]
+    plain = bench_planner.budget_rows(profile, budgets, options, 1.0)
+    assert [k for k, _, _ in plain] == ['planned', 'interleaved'] * 5
+    safe = [r for r in bench_planner.budget_rows(profile, budgets, options, 1.5)
+            if r[0].startswith('headroom')]
+    assert [(k, b) for k, b, _ in safe] == [('headroom-1.5', 16 * 2**30)]
+    assert safe[0][2] == plan(profile, 16 * 2**30, dataclasses.replace(
+        options, cpu_headroom=1.5)).placement
