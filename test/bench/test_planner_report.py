@@ -73,6 +73,13 @@ def test_report_writes_the_table_from_committed_rows(tmp_path: Path) -> None:
     cells = [c.strip() for c in planned16.split('|')]
     assert cells[10] == cells[14] == '+10.27 %'     # device error; at the profile's CPU speed
     assert cells[16] == '10.0/10.0 (10.0)'
+    row = next(r for r in _rows(out) if r['kind'] == 'planned' and r['budget'] == '16.000GiB')
+    fastest = min(row['runs_s'])
+    assert 'error vs the fastest run' in table[0]
+    assert cells[20] == f"{100 * (row['predicted_s'] - fastest) / fastest:+.2f} %"
+    checks = json.loads((out / 'bench_planner.json').read_text())['checks']
+    assert checks['max_abs_error_vs_fastest_run'] == pytest.approx(max(
+        abs(r['predicted_s'] - min(r['runs_s'])) / min(r['runs_s']) for r in _rows(out)))
     assert (out / 'bench_planner.png').stat().st_size > 10_000
 
 
