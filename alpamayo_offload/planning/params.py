@@ -120,7 +120,7 @@ def read_plan_params(path: str | Path) -> PlanParams:
             profile=_typed(plan['profile'], str, 'plan.profile'),
             cpu_sensitive_phases=_typed(plan.get('cpu_sensitive_phases', ''), str,
                                         'plan.cpu_sensitive_phases'),   # absent before 2026-11-30
-            cpu_headroom=float(plan.get('cpu_headroom', 1.0)),  # absent before run 11
+            cpu_headroom=_headroom(plan.get('cpu_headroom', 1.0)),  # absent before run 11
         )
     except (OSError, yaml.YAMLError) as err:
         raise PlanFileError(f'cannot read plan file {str(path)!r} ({err}); write one with '
@@ -128,6 +128,14 @@ def read_plan_params(path: str | Path) -> PlanParams:
     except (KeyError, TypeError) as err:
         raise PlanFileError(f'plan file {str(path)!r} lacks key {err}; expected '
                             f'/**: ros__parameters with {", ".join(PARAM_KEYS)}') from err
+
+
+def _headroom(value: Any) -> float:
+    headroom = float(_typed(value, (int, float), 'plan.cpu_headroom'))
+    if not 1.0 <= headroom <= 4.0:
+        raise PlanFileError(f'plan.cpu_headroom = {value!r} must be from 1 (the profiled CPU) '
+                            f'to 4')
+    return headroom
 
 
 def _typed(value: Any, kind: type | tuple[type, ...], name: str) -> Any:

@@ -58,8 +58,13 @@ def test_plan_files_record_the_cpu_headroom_and_older_files_read_as_one(
     path = tmp_path / 'safe.yaml'
     write_plan_params(path, PlanParams(resident={'lm': (1,)}, cpu_headroom=1.33))
     assert read_plan_params(path).cpu_headroom == 1.33
-    path.write_text(path.read_text().replace('    cpu_headroom: 1.33\n', ''))
+    text = path.read_text()
+    path.write_text(text.replace('    cpu_headroom: 1.33\n', ''))
     assert read_plan_params(path).cpu_headroom == 1.0
+    for bad, why in (("'fast'", 'must be a int or float'), ('0.5', 'must be from 1')):
+        path.write_text(text.replace('cpu_headroom: 1.33', f'cpu_headroom: {bad}'))
+        with pytest.raises(PlanFileError, match=why):
+            read_plan_params(path)
 
 
 def test_plan_files_without_norms_leave_the_node_its_own(tmp_path: Path) -> None:
