@@ -339,7 +339,8 @@ def report(out: Path, profile: Profile, workload: Workload, rows: list[dict[str,
         'max_abs_error': max(abs(r['error']) for r in rows),
         'all_rows_within_1pct': all(abs(r['error']) <= 0.01 for r in rows),
         # Against each row's fastest run: the machine undisturbed, which is what one profile
-        # describes; interference on a shared host only adds (run 11: +0.4 to +18 % per run).
+        # describes; interference on a shared host only adds (run 11: one run 18 % over its
+        # row's fastest).
         'max_abs_error_vs_fastest_run': max(abs(_error_vs_fastest(r)) for r in rows),
         'all_rows_within_1pct_of_fastest_run': all(abs(_error_vs_fastest(r)) <= 0.01
                                                    for r in rows),
@@ -435,7 +436,8 @@ def main() -> int:
                     help='budgets (planned + interleaved per budget), sweep (k = 0, 5, ..., max)')
     ap.add_argument('--cpu-headroom', type=float, default=1.0,
                     help='also measure, per budget, the plan chosen with this CPU headroom '
-                         '(`plan --cpu-headroom`) where it differs from the planned one')
+                         '(`plan --cpu-headroom`) where the planned one has a phase following '
+                         'the CPU and the two differ')
     ap.add_argument('--sweep-step', type=int, default=5)
     ap.add_argument('--sweep-from', type=int, default=0,
                     help='measure only sweep rows with at least this many resident LM layers')
