@@ -133,6 +133,13 @@ def _replan(profile_ref: str, budget: ResolvedBudget, model: str,
     if not profile_ref or budget.budget_bytes is None:
         return None
     try:
+        options = PlannerOptions(max_decode_tokens=max_decode_tokens,
+                                 cpu_headroom=float(cpu_headroom))
+    except (TypeError, ValueError) as err:
+        LOG.warning('plan.cpu_headroom %r: %s; not re-planning from plan.profile', cpu_headroom,
+                    err)
+        return None
+    try:
         path, digest = split_profile_ref(profile_ref)
         profile, actual = load_profile(path)
         if digest != actual:
@@ -142,10 +149,8 @@ def _replan(profile_ref: str, budget: ResolvedBudget, model: str,
         driver, kernels = _running_with(gpu_name, fused_norms)
         check_profile(profile, gpu_name=gpu_name, model_identity=model_identity(model),
                       driver=driver, kernel_settings=kernels)
-        result = plan(profile, budget.budget_bytes,
-                      PlannerOptions(max_decode_tokens=max_decode_tokens,
-                                     cpu_headroom=float(cpu_headroom)))
-    except (PlanningError, ValueError, TypeError) as err:
+        result = plan(profile, budget.budget_bytes, options)
+    except PlanningError as err:
         LOG.warning('cannot re-plan from plan.profile %r: %s', profile_ref, err)
         return None
     placement = result.placement

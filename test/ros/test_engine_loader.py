@@ -91,7 +91,7 @@ def test_replan_takes_the_planner_placement_only_from_the_matching_profile(
     assert _replan('', budget, 'full', None, fused_norms=True) is None
 
 
-def test_replan_keeps_the_plan_files_cpu_headroom() -> None:
+def test_replan_keeps_the_plan_files_cpu_headroom(caplog: pytest.LogCaptureFixture) -> None:
     """H200 run 11's profile: at 16 GiB headroom 1.33 takes decode off the CPU; the node's
     re-plan follows the plan file, and a headroom out of range is a warning, not a crash."""
     path = (Path(__file__).resolve().parents[2] / 'docs' / 'results' / '2026-11-30-h200'
@@ -105,6 +105,7 @@ def test_replan_keeps_the_plan_files_cpu_headroom() -> None:
         assert got is not None and {m: tuple(v) for m, v in got.resident.items()} == \
             {m: want.indices(m) for m in ('vit', 'lm', 'expert')}
     assert _replan(ref, budget, 'full', None, fused_norms=True, cpu_headroom=0.5) is None
+    assert 'plan.cpu_headroom 0.5' in caplog.text
 
 
 
