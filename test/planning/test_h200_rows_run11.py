@@ -1,10 +1,10 @@
 """What H200 run 11 of 2026-11-30 decided (docs/results/2026-11-30-h200/run11, benchmarks.md §3).
 
-Four device calls on three VMs (the folder's README names the commands and commits): bench A
+Five device calls on four VMs (the folder's README names the commands and commits): bench A
 (16-12 GiB, k >= 25) and B (10-8 GiB, k <= 14) with the pixels made on the GPU, bench A again,
-and `cpu_drift` twice (per run, the near-resident plans against the CPU's speed; the second
-time the 16 GiB plans chosen with CPU headroom 1, 1.33 and 1.5). The committed files are the
-measurement; these tests tie the code and the documented conclusions to them.
+`cpu_drift` twice (per run, the near-resident plans against the CPU's speed; the second time the
+16 GiB plans chosen with CPU headroom 1, 1.33 and 1.5), then the CUDA tests. The committed files
+are the measurement; these tests tie the code and the documented conclusions to them.
 """
 from __future__ import annotations
 
