@@ -49,6 +49,9 @@ class EngineConfig:
     `deterministic` turns on torch's deterministic algorithms process-wide (bit-exact checks).
     `fused_norms` runs Qwen3-VL's RMSNorms as one `F.rms_norm` op (model/norms.py: 20 % faster
     on the H200, one bfloat16 step off HF's op-by-op norm in some outputs on CUDA).
+    `layer_graphs` replays the fixed-shape parts of resident language-model and expert layers
+    as CUDA graphs in decode and diffusion (model/layer_graphs.py: fewer kernels for the host
+    to issue, bit-identical output); CUDA only.
     `pin_all_layers` packs every layer once into one pinned host store (runtime/store.py), so
     `Engine.replan` re-attaches without re-pinning and re-copying the streamed layers; all the
     layers' bytes then stay pinned (the memlock limit must cover the whole model).
@@ -71,6 +74,7 @@ class EngineConfig:
     dtype: str | None = None
     deterministic: bool = False
     fused_norms: bool = True
+    layer_graphs: bool = True
     pin_all_layers: bool = False
     instrument: bool = False
     working_set_bytes: int | None = None

@@ -18,12 +18,14 @@ from PIL import Image
 from ..model import (
     AlpamayoR1,
     ImageSizing,
+    LayerGraphs,
     ModelError,
     ModelInputError,
     SyntheticTextIds,
     TextEncoder,
     TokenizerDirEncoder,
     fuse_rms_norms,
+    graph_decoder_layers,
     prepare_inputs,
     roll_rotary,
     run_inference,
@@ -78,6 +80,7 @@ class Engine:
         self._encoder = encoder
         self._decoder = decoder
         self._runtime: OffloadRuntime | None = None
+        self._graphs: LayerGraphs | None = None    # the resident layers' CUDA graphs
         self._plan: dict[str, Any] | None = None   # set by replan
         self._inferences = 0
         self._calls_seen = 0
@@ -118,6 +121,7 @@ class Engine:
             if config.fused_norms:
                 fuse_rms_norms(model)
             roll_rotary(model)                  # bit-identical, fewer ops (model/rope.py)
+            graph_decoder_layers(model)         # graphs only once enabled (model/layer_graphs.py)
             sync_vision_once(model)             # bit-identical, no sync a block
             encoder: TextEncoder
             if config.tokenizer_dir:
@@ -142,6 +146,7 @@ class Engine:
         Refuses a plan that cannot fit `budget_bytes` before anything moves (runtime BudgetError).
         """
         if self._runtime is not None:
+            self._release_graphs()
             self._runtime.detach()
             self._runtime = None
             if self.device.type == 'cuda':
@@ -159,6 +164,7 @@ class Engine:
         except OffloadError as err:
             raise EngineError(str(err)) from err
         self._runtime = runtime
+        self._enable_graphs(runtime)
         self._inferences = 0
         self._calls_seen = 0
         embed = _module_bytes(self.model.non_layer_modules()[EMBED_MODULE])
@@ -167,6 +173,21 @@ class Engine:
                       'required_bytes': runtime.vram_plan.required_bytes,
                       'fixed_bytes': fixed - (0 if embed_on_host else embed),
                       'working_set_bytes': working}
+
+    def _enable_graphs(self, runtime: OffloadRuntime) -> None:
+        """Graph the resident language-model and expert layers: their weights stay put."""
+        if self.device.type != 'cuda' or not self.config.layer_graphs:
+            return
+        self._graphs = LayerGraphs(self.device)
+        for name, layers in self.model.layer_sequences().items():
+            if name in ('lm', 'expert'):
+                self._graphs.enable(layers[i] for i in runtime.plan.indices(name))
+
+    def _release_graphs(self) -> None:
+        """Drop the graphs before the runtime moves the weights they point at."""
+        if self._graphs is not None:
+            self._graphs.release()
+            self._graphs = None
 
     def _place_non_layer(self, embed_on_host: bool) -> None:
         for name, module in self.model.non_layer_modules().items():
@@ -191,6 +212,7 @@ class Engine:
     def close(self) -> None:
         """Detach the runtime (weights back where they came from)."""
         if self._runtime is not None:
+            self._release_graphs()
             self._runtime.detach()
             self._runtime = None
 
@@ -329,12 +351,15 @@ class Engine:
             'hidden_size': cfg.text.hidden_size,
             'prompt_tokens': estimate_prompt_tokens(cfg),
             'pinned_bytes': rt.pinned_bytes if rt is not None else 0,
+            # (layer, input shape) pairs replayed as CUDA graphs so far
+            'layer_graphs': self._graphs.captured if self._graphs is not None else 0,
             'host_store_bytes': self._source.nbytes if isinstance(self._source, HostStore) else 0,
             'torch': torch.__version__,
             'host': platform.node(),
             'vram_used_bytes': 0,
             'driver': '',
-            'kernel_settings': kernel_settings(fused_norms=self.config.fused_norms),
+            'kernel_settings': kernel_settings(fused_norms=self.config.fused_norms,
+                                               layer_graphs=self.config.layer_graphs),
         }
         if self.device.type == 'cuda':
             info['vram_used_bytes'] = torch.cuda.memory_allocated(self.device)

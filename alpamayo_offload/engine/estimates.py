@@ -9,6 +9,8 @@ from .config import EngineConfig
 
 # Working-set margin on top of the estimate below: allocator slack, cuBLAS workspaces.
 _WORKING_SET_SLACK = 512 * 2**20
+# The graph pool's rounding: its small and large segments (2 MiB and 20 MiB in PyTorch).
+_GRAPH_POOL_SEGMENTS = 64 * 2**20
 
 
 def estimate_prompt_tokens(cfg: AlpamayoConfig, n_images: int = 16, height: int = 1080,
@@ -34,4 +36,24 @@ def estimate_working_set(cfg: AlpamayoConfig, dtype_bytes: int, config: EngineCo
     kv = 2 * t.num_layers * t.num_kv_heads * t.head_dim * tokens * dtype_bytes * config.num_samples
     prefill = tokens * (3 * t.intermediate_size + 6 * t.hidden_size) * dtype_bytes
     logits = config.num_samples * cfg.text.vocab_size * 4 * 4
-    return kv + prefill + logits + _WORKING_SET_SLACK
+    graphs = estimate_graph_bytes(cfg, dtype_bytes, config.num_samples) \
+        if config.layer_graphs and config.device.startswith('cuda') else 0
+    return kv + prefill + logits + graphs + _WORKING_SET_SLACK
+
+
+def estimate_graph_bytes(cfg: AlpamayoConfig, dtype_bytes: int, num_samples: int) -> int:
+    """Device bytes the resident layers' CUDA graphs keep (model/layer_graphs.py), at most.
+
+    Every language-model layer graphed for a decode token per sample, every expert layer for the
+    64 action tokens per sample; each keeps its input, output, attention output, query, key and
+    value. The shared pool also keeps the widest capture's activations (MLP intermediate x 3)
+    and rounds up to its segments.
+    """
+    t, e = cfg.text, cfg.expert
+    decode, action = num_samples, num_samples * cfg.action.n_waypoints
+    lm = t.num_layers * decode * (2 * t.hidden_size + 2 * t.num_heads * t.head_dim
+                                  + 2 * t.num_kv_heads * t.head_dim)
+    expert = t.num_layers * action * (2 * e.hidden_size + 2 * e.num_heads * e.head_dim
+                                      + 2 * t.num_kv_heads * e.head_dim)
+    widest = max(decode * t.intermediate_size, action * e.intermediate_size) * 3
+    return (lm + expert + widest) * dtype_bytes + _GRAPH_POOL_SEGMENTS

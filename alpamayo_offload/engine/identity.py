@@ -35,14 +35,15 @@ def driver_version(root: Path = Path('/')) -> str:
     return found.group(1) if found else ''
 
 
-def kernel_settings(*, fused_norms: bool) -> str:
+def kernel_settings(*, fused_norms: bool, layer_graphs: bool = True) -> str:
     """Return the settings that choose GPU kernels, as a profile records them.
 
     Deterministic algorithms and cuBLAS's workspace size (process-wide) decide which kernels run
-    (strict mode cost 4-9 % on the H200, docs/benchmarks.md section 4), and fused norms launch
-    fewer of them (`EngineConfig.fused_norms`), so a profile's timings only hold with the same
-    settings.
+    (strict mode cost 4-9 % on the H200, docs/benchmarks.md section 4), and fused norms and
+    graphed resident layers launch fewer of them (`EngineConfig.fused_norms`,
+    `EngineConfig.layer_graphs`), so a profile's timings only hold with the same settings.
     """
     workspace = os.environ.get('CUBLAS_WORKSPACE_CONFIG') or 'default'
     return (f'deterministic={torch.are_deterministic_algorithms_enabled()}, '
-            f'CUBLAS_WORKSPACE_CONFIG={workspace}, norms={"fused" if fused_norms else "per-op"}')
+            f'CUBLAS_WORKSPACE_CONFIG={workspace}, norms={"fused" if fused_norms else "per-op"}, '
+            f'graphs={"resident" if layer_graphs else "off"}')

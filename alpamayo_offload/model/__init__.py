@@ -17,6 +17,7 @@ from .inputs import (
     prepare_inputs,
     to_t0_frame,
 )
+from .layer_graphs import GraphedDecoderLayer, LayerGraphs, graph_decoder_layers
 from .norms import FusedRMSNorm, fuse_rms_norms
 from .observer import NullObserver, PhaseObserver
 from .rope import RolledRotaryAttention, roll_rotary
@@ -25,10 +26,11 @@ from .vision_attention import OneSyncVisionAttention, sync_vision_once
 
 __all__ = [
     "AlpamayoConfig", "AlpamayoR1", "CheckpointError", "CheckpointTensorSource", "ConfigError",
-    "DecodeOptions", "FusedRMSNorm", "ImageSizing", "InferenceResult", "ModelError",
-    "ModelInputError", "ModelInputs", "NullObserver", "OneSyncVisionAttention", "PhaseObserver",
-    "RolledRotaryAttention", "Rollout", "SyntheticTextIds", "TextEncoder", "TokenizerDirEncoder",
-    "build_meta", "build_random", "full_config", "fuse_rms_norms", "inputs_from_processed",
+    "DecodeOptions", "FusedRMSNorm", "GraphedDecoderLayer", "ImageSizing", "InferenceResult",
+    "LayerGraphs", "ModelError", "ModelInputError", "ModelInputs", "NullObserver",
+    "OneSyncVisionAttention", "PhaseObserver", "RolledRotaryAttention", "Rollout",
+    "SyntheticTextIds", "TextEncoder", "TokenizerDirEncoder", "build_meta", "build_random",
+    "full_config", "fuse_rms_norms", "graph_decoder_layers", "inputs_from_processed",
     "load_checkpoint", "materialize_random", "prepare_inputs", "preset", "roll_rotary",
     "run_inference", "save_checkpoint", "scaled_config", "sync_vision_once", "tiny_config",
     "to_t0_frame",

@@ -52,23 +52,37 @@ class RolledRotaryAttention(Qwen3VLTextAttention):
                 attention_mask: torch.Tensor | None, past_key_values: Any = None,
                 **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Project, normalise q and k per head, rotate, update the cache, attend, project out."""
-        input_shape = hidden_states.shape[:-1]
-        hidden_shape = (*input_shape, -1, self.head_dim)
+        query, key, value = self.project(hidden_states,
+                                         *self.pass_rotary.get(*position_embeddings))
+        out, weights = self.attend(query, key, value, attention_mask, past_key_values, **kwargs)
+        return self.o_proj(out.reshape(*hidden_states.shape[:-1], -1).contiguous()), weights
+
+    def project(self, hidden_states: torch.Tensor, cos: torch.Tensor,
+                signed_sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """-> rotated query, rotated key, value, each (B, heads, L, head_dim).
+
+        Fixed shapes from pass to pass: `model/layer_graphs.py` replays it as a CUDA graph.
+        """
+        hidden_shape = (*hidden_states.shape[:-1], -1, self.head_dim)
         query = self.q_norm(self.q_proj(hidden_states).view(hidden_shape)).transpose(1, 2)
         key = self.k_norm(self.k_proj(hidden_states).view(hidden_shape)).transpose(1, 2)
         value = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
-        cos, signed_sin = self.pass_rotary.get(*position_embeddings)
         half = self.head_dim // 2
         query = query * cos + query.roll(half, dims=-1) * signed_sin
         key = key * cos + key.roll(half, dims=-1) * signed_sin
+        return query, key, value
+
+    def attend(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+               attention_mask: torch.Tensor | None, past_key_values: Any = None,
+               **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Append key and value to the cache and attend -> (output before o_proj, weights)."""
         if past_key_values is not None:
             key, value = past_key_values.update(key, value, self.layer_idx)
         attend = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation,
                                                        eager_attention_forward)
-        out, weights = attend(self, query, key, value, attention_mask,
-                              dropout=0.0 if not self.training else self.attention_dropout,
-                              scaling=self.scaling, **kwargs)
-        return self.o_proj(out.reshape(*input_shape, -1).contiguous()), weights
+        return attend(self, query, key, value, attention_mask,
+                      dropout=0.0 if not self.training else self.attention_dropout,
+                      scaling=self.scaling, **kwargs)
 
 
 def roll_rotary(model: nn.Module) -> int:

@@ -246,6 +246,29 @@ def test_cuda_embedding_on_host_matches_preload_bit_for_bit() -> None:
     assert np.array_equal(got.samples_xyz, ref.samples_xyz)
 
 
+@pytest.mark.cuda
+@pytest.mark.parametrize('num_samples', [1, 2])
+def test_cuda_layer_graphs_change_no_bit(num_samples: int) -> None:
+    """Graphs replayed on resident layers == the eager whole-GPU run, in every plan and replan."""
+    inputs = example_input(216, 384)
+    config = dict(CUDA, num_samples=num_samples, sample=num_samples > 1)
+    ref = _preload_result(inputs, layer_graphs=False, **config)
+    engine = Engine.from_config(EngineConfig(mode='preload', **config))
+    try:
+        for mode, resident in (('preload', {}), ('pipelined', {'lm': (0, 2), 'expert': (1, 2)}),
+                               ('preload', {})):
+            engine.replan(resident=resident, mode=mode)
+            assert engine.info['layer_graphs'] == 0            # captured on first use
+            runs = [engine.infer(inputs) for _ in range(2)]      # capture, then replay
+            assert engine.info['layer_graphs'] > 0
+            for got in runs:
+                assert np.array_equal(got.samples_xyz, ref.samples_xyz), resident
+                assert np.array_equal(got.samples_rot, ref.samples_rot), resident
+                assert got.coc_token_ids == ref.coc_token_ids
+    finally:
+        engine.close()
+
+
 def test_presized_example_gives_the_same_trajectory() -> None:
     """Frames resized ahead (as the node does) give the model the same pixels: same answer."""
     engine = Engine.from_config(EngineConfig(mode='preload', **SMALL))
@@ -266,7 +289,7 @@ def test_per_op_norms_give_the_fused_result_on_cpu_and_say_so(inputs, reference)
     engine = Engine.from_config(EngineConfig(mode='preload', fused_norms=False, **SMALL))
     try:
         got = engine.infer(inputs)
-        assert engine.info['kernel_settings'].endswith('norms=per-op')   # profiles differ
+        assert 'norms=per-op' in engine.info['kernel_settings']   # profiles differ
     finally:
         engine.close()
     assert np.array_equal(got.samples_xyz, reference.samples_xyz)

@@ -45,17 +45,17 @@ def test_unreadable_files_give_empty(tmp_path: Path) -> None:
     assert driver_version(tmp_path) == ''
 
 
-def test_kernel_settings_name_deterministic_mode_cublas_workspace_and_norms(
+def test_kernel_settings_name_deterministic_mode_cublas_workspace_norms_and_graphs(
         monkeypatch: pytest.MonkeyPatch) -> None:
     before = torch.are_deterministic_algorithms_enabled()
     monkeypatch.delenv('CUBLAS_WORKSPACE_CONFIG', raising=False)
     try:
         torch.use_deterministic_algorithms(False)
         assert kernel_settings(fused_norms=True) == (
-            'deterministic=False, CUBLAS_WORKSPACE_CONFIG=default, norms=fused')
+            'deterministic=False, CUBLAS_WORKSPACE_CONFIG=default, norms=fused, graphs=resident')
         monkeypatch.setenv('CUBLAS_WORKSPACE_CONFIG', ':4096:8')
         torch.use_deterministic_algorithms(True)
-        assert kernel_settings(fused_norms=False) == (
-            'deterministic=True, CUBLAS_WORKSPACE_CONFIG=:4096:8, norms=per-op')
+        assert kernel_settings(fused_norms=False, layer_graphs=False) == (
+            'deterministic=True, CUBLAS_WORKSPACE_CONFIG=:4096:8, norms=per-op, graphs=off')
     finally:
         torch.use_deterministic_algorithms(before)
