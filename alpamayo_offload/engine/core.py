@@ -140,10 +140,12 @@ class Engine:
 
     def replan(self, *, resident: Mapping[str, Sequence[int]], mode: str = 'pipelined',
                budget_bytes: int | None = None, embed_on_host: bool = False,
-               instrument: bool = False) -> None:
+               instrument: bool = False, layer_graphs: bool | None = None) -> None:
         """Re-attach the runtime with another plan on the loaded model (no reload).
 
         Refuses a plan that cannot fit `budget_bytes` before anything moves (runtime BudgetError).
+        `layer_graphs` False runs this plan's resident layers eagerly (the profiler times them
+        so); None follows `EngineConfig.layer_graphs`.
         """
         if self._runtime is not None:
             self._release_graphs()
@@ -164,7 +166,8 @@ class Engine:
         except OffloadError as err:
             raise EngineError(str(err)) from err
         self._runtime = runtime
-        self._enable_graphs(runtime)
+        if self.config.layer_graphs if layer_graphs is None else layer_graphs:
+            self._enable_graphs(runtime)
         self._inferences = 0
         self._calls_seen = 0
         embed = _module_bytes(self.model.non_layer_modules()[EMBED_MODULE])
@@ -176,9 +179,10 @@ class Engine:
 
     def _enable_graphs(self, runtime: OffloadRuntime) -> None:
         """Graph the resident language-model and expert layers: their weights stay put."""
-        if self.device.type != 'cuda' or not self.config.layer_graphs:
+        if self.device.type != 'cuda':
             return
-        self._graphs = LayerGraphs(self.device)
+        if self._graphs is None:
+            self._graphs = LayerGraphs(self.device)     # one for the engine's life
         for name, layers in self.model.layer_sequences().items():
             if name in ('lm', 'expert'):
                 self._graphs.enable(layers[i] for i in runtime.plan.indices(name))
@@ -187,7 +191,6 @@ class Engine:
         """Drop the graphs before the runtime moves the weights they point at."""
         if self._graphs is not None:
             self._graphs.release()
-            self._graphs = None
 
     def _place_non_layer(self, embed_on_host: bool) -> None:
         for name, module in self.model.non_layer_modules().items():

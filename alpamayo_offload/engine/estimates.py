@@ -9,8 +9,10 @@ from .config import EngineConfig
 
 # Working-set margin on top of the estimate below: allocator slack, cuBLAS workspaces.
 _WORKING_SET_SLACK = 512 * 2**20
-# The graph pool's rounding: its small and large segments (2 MiB and 20 MiB in PyTorch).
-_GRAPH_POOL_SEGMENTS = 64 * 2**20
+# The graphs' capture stream's cuBLAS workspace (32 MiB on the H200) and the rounding of the
+# graph pool's segments (H200 run 12, bench/diag/graph_memory.py: 44 + 72 MiB reserved with
+# everything resident, 113 MiB estimated before this term was raised from 64 MiB).
+_GRAPH_FIXED = 96 * 2**20
 
 
 def estimate_prompt_tokens(cfg: AlpamayoConfig, n_images: int = 16, height: int = 1080,
@@ -46,8 +48,8 @@ def estimate_graph_bytes(cfg: AlpamayoConfig, dtype_bytes: int, num_samples: int
 
     Every language-model layer graphed for a decode token per sample, every expert layer for the
     64 action tokens per sample; each keeps its input, output, attention output, query, key and
-    value. The shared pool also keeps the widest capture's activations (MLP intermediate x 3)
-    and rounds up to its segments.
+    value. The shared pool also keeps the widest capture's activations (MLP intermediate x 3);
+    the capture stream keeps a cuBLAS workspace, and segments round up (`_GRAPH_FIXED`).
     """
     t, e = cfg.text, cfg.expert
     decode, action = num_samples, num_samples * cfg.action.n_waypoints
@@ -56,4 +58,4 @@ def estimate_graph_bytes(cfg: AlpamayoConfig, dtype_bytes: int, num_samples: int
     expert = t.num_layers * action * (2 * e.hidden_size + 2 * e.num_heads * e.head_dim
                                       + 2 * t.num_kv_heads * e.head_dim)
     widest = max(decode * t.intermediate_size, action * e.intermediate_size) * 3
-    return (lm + expert + widest) * dtype_bytes + _GRAPH_POOL_SEGMENTS
+    return (lm + expert + widest) * dtype_bytes + _GRAPH_FIXED

@@ -131,19 +131,24 @@ def _warn_outliers(phase: str, exe: tuple[tuple[float, ...], ...]) -> None:
                             'the predictor uses the median', phase, rep, i, value, typical)
 
 
+# Per layer call: issue ms without the streaming part, gap ms, stream ms, prologue ms or None.
+_HostCall = tuple[float, float, float, float | None]
+
+
 def _host_table(host_calls: Iterable[Any], resident_only: bool = False
-                ) -> dict[str, list[dict[int, tuple[float, float, float]]]]:
-    """Per phase, per pass: layer -> (issue ms without the streaming part, gap ms, stream ms)."""
-    table: dict[str, dict[int, dict[int, tuple[float, float, float]]]] = defaultdict(
-        lambda: defaultdict(dict))
+                ) -> dict[str, list[dict[int, _HostCall]]]:
+    """Per phase, per pass: layer -> its `_HostCall`."""
+    table: dict[str, dict[int, dict[int, _HostCall]]] = defaultdict(lambda: defaultdict(dict))
     for rec in host_calls:
         if resident_only and not (_has(rec, 'resident') and _field(rec, 'resident')):
             continue
         stream = float(_field(rec, 'stream_ms')) if _has(rec, 'stream_ms') else 0.0
+        prologue = _field(rec, 'prologue_ms') if _has(rec, 'prologue_ms') else None
         table[str(_field(rec, 'sequence'))][int(_field(rec, 'repetition'))][
             int(_field(rec, 'layer'))] = (float(_field(rec, 'issue_ms')) - stream,
-                                          float(_field(rec, 'gap_ms')), stream)
-    by_phase: dict[str, list[dict[int, tuple[float, float, float]]]] = {}
+                                          float(_field(rec, 'gap_ms')), stream,
+                                          None if prologue is None else float(prologue))
+    by_phase: dict[str, list[dict[int, _HostCall]]] = {}
     for name, reps in table.items():
         order = [reps[r] for r in sorted(reps)]
         for phase, _repeats, count in PHASES_OF_SEQUENCE.get(name, ()):
@@ -153,7 +158,7 @@ def _host_table(host_calls: Iterable[Any], resident_only: bool = False
 
 
 def _resident_issue(streamed: tuple[float, ...],
-                    passes: list[dict[int, tuple[float, float, float]]]) -> tuple[float, ...]:
+                    passes: list[dict[int, _HostCall]]) -> tuple[float, ...]:
     """Return each layer's issue time as a resident call.
 
     Measured where the layer was resident, else its streamed time scaled by the phase's median
@@ -166,7 +171,8 @@ def _resident_issue(streamed: tuple[float, ...],
 
 
 def with_host_terms(profile: Profile, host_calls: Iterable[Any], *,
-                    host_ms: float | None = None, resident_calls: Iterable[Any] = ()) -> Profile:
+                    host_ms: float | None = None, resident_calls: Iterable[Any] = (),
+                    eager_calls: Iterable[Any] = ()) -> Profile:
     """Return `profile` with the host issue terms of a host-timed run (and a steady host_ms).
 
     Each record has `sequence`, `layer`, `repetition` (as in the runtime's calls), `issue_ms`
@@ -182,9 +188,15 @@ def with_host_terms(profile: Profile, host_calls: Iterable[Any], *,
     replace the issue times: a call of a resident layer costs the host less than the same call
     streamed, beyond the hooks (H200, 2026-11-30: 46.6 against 62.4 ms a decode pass; see
     docs/benchmarks.md section 3, run 5), and the issue time only binds near-resident plans.
+
+    `eager_calls`, from the same plan with its resident layers run eagerly, where
+    `resident_calls` replayed them as CUDA graphs: they give the issue times of streamed calls
+    (`host_streamed_layer_ms`), which are never graphed. The first call of a pass recording
+    `prologue_ms` in every pass gives `host_prologue_ms` (their median).
     """
     by_phase = _host_table(host_calls)
     resident_by_phase = _host_table(resident_calls, resident_only=True)
+    eager_by_phase = _host_table(eager_calls, resident_only=True)
     phases = []
     for phase in profile.phases:
         passes = by_phase.get(phase.name)
@@ -199,10 +211,16 @@ def with_host_terms(profile: Profile, host_calls: Iterable[Any], *,
         issue = tuple(statistics.median(calls[i][0] for calls in passes) for i in range(n))
         lead = statistics.median(sum(c[1] for c in calls.values()) for calls in passes)
         stream = statistics.median(c[2] for calls in passes for c in calls.values())
+        prologues = [calls[0][3] for calls in passes]
+        eager: tuple[float, ...] = ()
+        if any(eager_by_phase.get(phase.name, ())):
+            eager = _resident_issue(issue, eager_by_phase[phase.name])
         if any(resident_by_phase.get(phase.name, ())):
             issue = _resident_issue(issue, resident_by_phase[phase.name])
-        phases.append(dataclasses.replace(phase, host_layer_ms=issue, host_lead_ms=lead,
-                                          host_stream_ms=stream))
+        phases.append(dataclasses.replace(
+            phase, host_layer_ms=issue, host_lead_ms=lead, host_stream_ms=stream,
+            host_streamed_layer_ms=eager,
+            host_prologue_ms=None if None in prologues else statistics.median(prologues)))
     return dataclasses.replace(profile, phases=tuple(phases),
                                host_ms=profile.host_ms if host_ms is None else host_ms)
 

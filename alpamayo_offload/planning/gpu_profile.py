@@ -201,7 +201,9 @@ def host_issue_calls(engine: Any, model_input: Any, sync_every: int = 1
 
     A prepended pre-hook starts a call's clock; the time until the hook after the runtime's
     pre-hook, plus the runtime's post-hook (after a prepended post-hook marks the forward's end),
-    is the streaming part (`stream_ms`), which a resident layer does not spend.
+    is the streaming part (`stream_ms`), which a resident layer does not spend. The first call of
+    each language-model and expert pass also records `prologue_ms`, the host time from the start
+    of the model's forward to it (what follows a host-side embedding gather, schema 6).
     """
     import torch
 
@@ -209,7 +211,7 @@ def host_issue_calls(engine: Any, model_input: Any, sync_every: int = 1
         raise PlanningError(f'sync_every = {sync_every} must be >= 1')
     records: list[dict[str, Any]] = []
     resident = {seq: set(idx) for seq, idx in engine.info['resident_layers'].items()}
-    state: dict[str, Any] = {'last': None, 'open': None}
+    state: dict[str, Any] = {'last': None, 'open': None, 'model_start': None}
     reps: dict[tuple[str, int], int] = defaultdict(int)
 
     def wait() -> float:
@@ -220,8 +222,10 @@ def host_issue_calls(engine: Any, model_input: Any, sync_every: int = 1
     def begin(module: Any, args: Any) -> None:
         now = time.perf_counter()
         gap = 0.0 if state['last'] is None else 1000 * (now - state['last'])
+        prologue = None if state['model_start'] is None else 1000 * (now - state['model_start'])
+        state['model_start'] = None
         state['open'] = {'start': now, 'gap': gap, 'waited': 0.0, 'stream': 0.0,
-                         'forward_end': now}
+                         'forward_end': now, 'prologue': prologue}
 
     def settle(module: Any, args: Any) -> None:
         call = state['open']
@@ -240,6 +244,7 @@ def host_issue_calls(engine: Any, model_input: Any, sync_every: int = 1
             records.append({'sequence': seq, 'layer': idx, 'repetition': reps[(seq, idx)],
                             'issue_ms': 1000 * (now - call['start'] - call['waited']),
                             'stream_ms': 1000 * stream, 'gap_ms': call['gap'],
+                            'prologue_ms': call['prologue'],
                             'resident': idx in resident.get(seq, ())})
             rep = reps[(seq, idx)]
             reps[(seq, idx)] += 1
@@ -252,7 +257,12 @@ def host_issue_calls(engine: Any, model_input: Any, sync_every: int = 1
         wait()
         state['last'] = time.perf_counter()
 
+    def model_starts(module: Any, args: Any, kwargs: Any) -> None:
+        state['model_start'] = time.perf_counter()
+
     handles = [engine.model.vlm.model.visual.register_forward_pre_hook(vision_starts)]
+    handles += [m.register_forward_pre_hook(model_starts, with_kwargs=True)
+                for m in (engine.model.vlm.model.language_model, engine.model.expert)]
     for seq, layers in engine.model.layer_sequences().items():
         for idx, layer in enumerate(layers):
             handles += [layer.register_forward_pre_hook(begin, prepend=True),
@@ -321,7 +331,9 @@ def add_host_terms(engine: Any, model_input: Any, profile: Profile, runs: int,
     nothing resident; with as many layers resident as the free VRAM allows
     (`calibration_placement`), the phase walls of `runs` plain inferences, to which the phases'
     non-layer times are fitted (`collect.with_fitted_tails`), and each layer call's own time
-    (`collect.with_host_terms` says why); then the pre/postprocessing, nothing resident again.
+    (`collect.with_host_terms` says why), replayed as CUDA graphs when the engine graphs its
+    resident layers and then once more eagerly, as streamed calls run; then the
+    pre/postprocessing, nothing resident again.
     Timed first, in the minutes after the instrumented run, that term came out 30-60 % above
     the rows' of all seven commands of H200 runs 6-8; timed last, as `bench/diag/pre_post.py`
     did, it came out 46 ms, within the rows' medians of 44-58 ms (docs/benchmarks.md section 3).
@@ -344,6 +356,7 @@ def add_host_terms(engine: Any, model_input: Any, profile: Profile, runs: int,
              - profile.vram.working_set_bytes - _CALIBRATION_MARGIN)
     placement = calibration_placement(profile, spare)
     resident_calls: list[dict[str, Any]] = []
+    eager_calls: list[dict[str, Any]] = []
     walls: dict[str, float] = {}
     issue: list[float] = []
     probes = [profile.machine.pinned_h2d_gbps]
@@ -360,6 +373,12 @@ def add_host_terms(engine: Any, model_input: Any, profile: Profile, runs: int,
         issue = [host_issue_us(torch)]
         resident_calls = host_issue_calls(engine, model_input, sync_every)
         issue.append(host_issue_us(torch))
+        if engine.config.layer_graphs:     # streamed calls run eagerly: time that too
+            engine.replan(resident={s: placement.indices(s) for s in placement.resident},
+                          mode='pipelined', budget_bytes=None, embed_on_host=False,
+                          layer_graphs=False)
+            engine.infer(model_input)                          # warm-up of this attach
+            eager_calls = host_issue_calls(engine, model_input, sync_every)
         engine.replan(resident={}, mode='pipelined', budget_bytes=None, embed_on_host=False)
         engine.infer(model_input)                              # warm-up of this attach
         profile = dataclasses.replace(profile, settings={
@@ -374,5 +393,5 @@ def add_host_terms(engine: Any, model_input: Any, profile: Profile, runs: int,
         settings={**profile.settings, 'host_pre_post_runs_ms': host,
                   'pinned_h2d_gbps_probes': probes, 'host_issue_probe_us': issue})
     profile = with_host_terms(profile, streamed, host_ms=statistics.median(host),
-                              resident_calls=resident_calls)
+                              resident_calls=resident_calls, eager_calls=eager_calls)
     return profile if placement is None else with_fitted_tails(profile, placement, walls)

@@ -13,6 +13,10 @@ decode pass copies while the current pass still computes. `Pipeline.COLD_PASSES`
 every pass with an empty pipeline, as the authors' hooks do; in it the replay reduces exactly to
 the paper's Eq. 1, 2, 5, 6 and 7 (proved in test/planning/test_closed_forms.py).
 `Pipeline.SEQUENTIAL` is the runtime's sequential mode: every copy waits for all compute before it.
+In both of the runtime's modes a layer still in its slot from its previous pass is not copied
+again: a sequence streaming no more layers than there are slots streams nothing after its first
+pass (H200 run 12: the planner's 16 GiB plan streamed 2 of 36 LM layers, and the replay that
+copied them every decode pass predicted decode 39 % slow).
 
 A third engine is the host thread that issues the work (profile schema 2): a layer's compute
 cannot start before the host reached its call, nor end before the host issued its last kernel;
@@ -23,7 +27,11 @@ issue time when that is longer than its compute (the H200 decode pass: ~42 ms of
 ~10 ms of compute). A streamed call costs the host its layer's issue time plus the runtime's
 streaming hooks (`host_stream_ms`, schema 3); a resident call only the former, as timed on
 resident layers (`gpu_profile.add_host_terms`). Without host terms (zeros) the host never delays
-anything and the replay is the two-engine one above.
+anything and the replay is the two-engine one above. Schema 6 profiles, taken with resident
+layers replayed as CUDA graphs, give a streamed call its own eager issue time
+(`host_streamed_layer_ms`: 1.2-1.4 ms against 0.12 ms graphed for a decode layer on the H200) and
+say how much of the lead follows a host-side gather's wait (`host_prologue_ms`): the gather sits
+right before the model's forward, so the rest of the lead overlaps the previous pass's compute.
 
 Per-layer compute is the median over the profiled passes, never the mean (one stalled call would
 be charged to every pass). In pipelined mode a copy runs at the machine's pinned host-to-device
@@ -162,8 +170,9 @@ class Prediction:
         return tuple(p.name for p in self.phases if p.cpu_sensitive)
 
 
-# One layer invocation of a pass: (sequence, layer index, exe ms, copy ms, bytes, host issue ms).
-_Step = tuple[str, int, float, float, int, float]
+# One layer invocation of a pass: (sequence, layer index, exe ms, copy ms, bytes, host issue ms
+# resident, host issue ms streamed).
+_Step = tuple[str, int, float, float, int, float, float]
 
 
 @dataclass(frozen=True)
@@ -174,6 +183,7 @@ class _Pass:
     tail_ms: float      # non-layer GPU time after the layers
     waits: bool         # the host first waits for the compute engine (reads a device value)
     stream_ms: float    # extra host time of a streamed call (the runtime's hooks)
+    after_wait_ms: float  # the part of lead_ms after the wait (all of it for an inherent wait)
 
 
 def _copy_ms(profile: Profile, pipeline: Pipeline) -> dict[str, tuple[float, ...]]:
@@ -191,12 +201,18 @@ def _schedule(profile: Profile, workload: Workload, embed_on_host: bool,
     for k, phase in enumerate(profile.phases):
         seq = profile.sequence(phase.sequence)
         exe, host = phase.typical_exe_ms(), phase.host_issue_ms()
-        steps = tuple((seq.name, i, exe[i], copy[seq.name][i], seq.layer_bytes[i], host[i])
-                      for i in range(seq.n_layers))
+        eager = phase.host_streamed_issue_ms()
+        steps = tuple((seq.name, i, exe[i], copy[seq.name][i], seq.layer_bytes[i], host[i],
+                       eager[i]) for i in range(seq.n_layers))
         gather = phase.embed_host_ms if embed_on_host else 0.0
+        lead = phase.host_lead_ms + gather
         waits = phase.host_waits or gather > 0
-        out.extend(_Pass(k, steps, phase.host_lead_ms + gather, phase.typical_other_ms(), waits,
-                         phase.host_stream_ms)
+        # A pass that only waits for the host-side gather waits right before the model's
+        # forward: the gather and the forward's prologue follow the wait, the rest overlaps.
+        after = lead if phase.host_waits or phase.host_prologue_ms is None \
+            else min(phase.host_prologue_ms, phase.host_lead_ms) + gather
+        out.extend(_Pass(k, steps, lead, phase.typical_other_ms(), waits, phase.host_stream_ms,
+                         after)
                    for _ in range(workload.passes(phase.repeats)))
     return out
 
@@ -218,39 +234,51 @@ def predict(profile: Profile, placement: Placement, workload: Workload = Workloa
     host = 0.0                        # host thread reaches this point of the issue order
     issued = 0.0                      # host time the next streamed layer's copy was issued
     slot_free = [0.0, 0.0]            # compute end of each slot's last reader
-    j = 0                             # streamed invocation counter (slot = j % 2)
+    ready = [0.0, 0.0]                # copy end of each slot's layer
+    holder: list[tuple[str, int] | None] = [None, None]   # the layer each slot holds
+    last_slot = 1                     # slot of the previous streamed call (the first uses 0)
     cold = pipeline is Pipeline.COLD_PASSES
     sequential = pipeline is Pipeline.SEQUENTIAL
+    slots = 1 if sequential else 2
     for p in _schedule(profile, workload, placement.embed_on_host, pipeline):
         barrier = compute_free if cold else 0.0
         if p.waits:
-            host = max(host, compute_free)
-        host += p.lead_ms
+            host = max(host + p.lead_ms - p.after_wait_ms, compute_free) + p.after_wait_ms
+        else:
+            host += p.lead_ms
         compute_free = max(compute_free, host)
         busy = p.tail_ms
         issuing[p.phase] += p.lead_ms
-        for name, index, exe, dma, nbytes, issue in p.steps:
-            if (name, index) in resident:
+        for name, index, exe, dma, nbytes, issue, eager_issue in p.steps:
+            key = (name, index)
+            if key in resident:
                 start = max(compute_free, host)
             else:
+                issue = eager_issue    # a streamed call is never graphed
                 host += p.stream_ms    # the pre-hook binds the slot and issues the next copy
-                slot = j & 1
-                if sequential:
-                    begin = max(copy_free, compute_free, host)
-                else:
-                    begin = max(copy_free, slot_free[slot], barrier, issued)
-                copy_free = begin + dma
-                issued = host          # this layer's hook issues the next streamed copy
-                start = max(compute_free, copy_free, host)
-                copy[p.phase] += dma
-                moved[p.phase] += nbytes
                 issuing[p.phase] += p.stream_ms
+                if not cold and key in holder[:slots]:
+                    # Still in its slot (a sequence streaming no more layers than there are
+                    # slots): the runtime copies nothing (`SlotStreamer.prefetch`).
+                    slot = holder.index(key)
+                else:
+                    slot = 0 if sequential else 1 - last_slot
+                    if sequential:
+                        begin = max(copy_free, compute_free, host)
+                    else:
+                        begin = max(copy_free, slot_free[slot], barrier, issued)
+                    copy_free = ready[slot] = begin + dma
+                    holder[slot] = key
+                    copy[p.phase] += dma
+                    moved[p.phase] += nbytes
+                issued = host          # this layer's hook issues the next streamed copy
+                last_slot = slot
+                start = max(compute_free, ready[slot], host)
             host += issue
             issuing[p.phase] += issue
             compute_free = max(start + exe, host)
-            if (name, index) not in resident:
-                slot_free[j & 1] = compute_free
-                j += 1
+            if key not in resident:
+                slot_free[last_slot] = compute_free
             busy += exe
         compute_free += p.tail_ms
         compute[p.phase] += busy

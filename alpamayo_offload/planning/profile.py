@@ -22,13 +22,13 @@ from alpamayo_offload.planning.errors import ProfileFormatError, StaleProfileErr
 LOG = logging.getLogger(__name__)
 
 SCHEMA = 'alpamayo_offload.profile'
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 # Version 1 lacks the host issue terms of each phase; it still loads, with the host floor off.
 # Version 2 has them, but the runtime's streaming hooks are not split off (host_stream_ms = 0):
 # it loads, with a resident layer charged the host time of a streamed one.
 # Versions 1-3 lack each layer's device footprint; they load with a bound instead (below).
 # Versions 1-4 lack the kernel settings; theirs are unknown and not checked.
-READABLE_VERSIONS = (1, 2, 3, 4, 5)
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6)
 # Device bytes a layer may take beyond its parameter bytes when the profile predates footprints:
 # allocator rounding (< 512 B a tensor) and slot alignment, for up to 32 tensors a layer.
 LEGACY_FOOTPRINT_MARGIN = 16 * 1024
@@ -41,6 +41,10 @@ def _check_nonneg(owner: str, name: str, values: Sequence[float]) -> None:
     for i, v in enumerate(values):
         if not math.isfinite(v) or v < 0:
             raise ValueError(f'{owner}.{name}[{i}] = {v!r}; must be a finite number >= 0')
+
+
+def _optional_float(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 @dataclass(frozen=True)
@@ -105,6 +109,13 @@ class PhaseProfile:
     resident layer does not run (schema 3); `host_lead_ms` the CPU time of a pass outside its
     layers (embedding, masks, positions, the previous pass's head and sampling); `host_waits`
     whether the pass starts by reading a device value on the host (a sync).
+
+    Schema 6, for resident layers replayed as CUDA graphs: `host_layer_ms` is then a graphed
+    call's time, and `host_streamed_layer_ms[i]` what layer i's call costs eagerly, as a streamed
+    (never graphed) call does beyond the hooks (empty: the same as `host_layer_ms`);
+    `host_prologue_ms` the part of the lead from the start of the model's forward to its first
+    layer, which is all that follows a host-side embedding gather's wait (None: not measured,
+    the whole lead follows it).
     """
 
     name: str
@@ -117,6 +128,8 @@ class PhaseProfile:
     host_lead_ms: float = 0.0
     host_waits: bool = False
     host_stream_ms: float = 0.0
+    host_streamed_layer_ms: tuple[float, ...] = ()
+    host_prologue_ms: float | None = None
 
     def __post_init__(self) -> None:
         if self.repeats not in REPEATS:
@@ -127,10 +140,12 @@ class PhaseProfile:
                              f'other_ms per pass (got {len(self.exe_ms)} and {len(self.other_ms)})')
         if len({len(p) for p in self.exe_ms}) != 1:
             raise ValueError(f'PhaseProfile {self.name!r}: passes have different layer counts')
-        if self.host_layer_ms and len(self.host_layer_ms) != len(self.exe_ms[0]):
-            raise ValueError(f'PhaseProfile {self.name!r}.host_layer_ms has '
-                             f'{len(self.host_layer_ms)} entries for {len(self.exe_ms[0])} layers; '
-                             f'give one per layer or none')
+        for field_name in ('host_layer_ms', 'host_streamed_layer_ms'):
+            values = getattr(self, field_name)
+            if values and len(values) != len(self.exe_ms[0]):
+                raise ValueError(f'PhaseProfile {self.name!r}.{field_name} has {len(values)} '
+                                 f'entries for {len(self.exe_ms[0])} layers; give one per layer '
+                                 'or none')
         for p in self.exe_ms:
             _check_nonneg(f'PhaseProfile {self.name!r}', 'exe_ms', p)
         _check_nonneg(f'PhaseProfile {self.name!r}', 'other_ms', self.other_ms)
@@ -138,6 +153,11 @@ class PhaseProfile:
         _check_nonneg(f'PhaseProfile {self.name!r}', 'host_layer_ms', self.host_layer_ms)
         _check_nonneg(f'PhaseProfile {self.name!r}', 'host_lead_ms', (self.host_lead_ms,))
         _check_nonneg(f'PhaseProfile {self.name!r}', 'host_stream_ms', (self.host_stream_ms,))
+        _check_nonneg(f'PhaseProfile {self.name!r}', 'host_streamed_layer_ms',
+                      self.host_streamed_layer_ms)
+        if self.host_prologue_ms is not None:
+            _check_nonneg(f'PhaseProfile {self.name!r}', 'host_prologue_ms',
+                          (self.host_prologue_ms,))
 
     @property
     def measured_passes(self) -> int:
@@ -160,6 +180,10 @@ class PhaseProfile:
     def host_issue_ms(self) -> tuple[float, ...]:
         """Host issue time per layer call (zeros when the profile did not measure it)."""
         return self.host_layer_ms or (0.0,) * len(self.exe_ms[0])
+
+    def host_streamed_issue_ms(self) -> tuple[float, ...]:
+        """Host issue time per streamed (eager) layer call, hooks excluded."""
+        return self.host_streamed_layer_ms or self.host_issue_ms()
 
 
 @dataclass(frozen=True)
@@ -269,7 +293,8 @@ class Profile:
         so tell apart from the host model's.
         """
         return dataclasses.replace(self, phases=tuple(
-            dataclasses.replace(p, host_layer_ms=(), host_lead_ms=0.0, host_stream_ms=0.0)
+            dataclasses.replace(p, host_layer_ms=(), host_lead_ms=0.0, host_stream_ms=0.0,
+                                host_streamed_layer_ms=(), host_prologue_ms=None)
             for p in self.phases))
 
     def with_host_scaled(self, factor: float) -> Profile:
@@ -280,7 +305,11 @@ class Profile:
         return dataclasses.replace(self, phases=tuple(
             dataclasses.replace(p, host_layer_ms=tuple(factor * x for x in p.host_layer_ms),
                                 host_lead_ms=factor * p.host_lead_ms,
-                                host_stream_ms=factor * p.host_stream_ms)
+                                host_stream_ms=factor * p.host_stream_ms,
+                                host_streamed_layer_ms=tuple(factor * x for x in
+                                                             p.host_streamed_layer_ms),
+                                host_prologue_ms=None if p.host_prologue_ms is None
+                                else factor * p.host_prologue_ms)
             for p in self.phases))
 
     def measured_passes(self, repeats: str) -> int:
@@ -339,7 +368,12 @@ class Profile:
                                                               p.get('host_layer_ms', ())),
                                           host_lead_ms=float(p.get('host_lead_ms', 0.0)),
                                           host_waits=bool(p.get('host_waits', False)),
-                                          host_stream_ms=float(p.get('host_stream_ms', 0.0)))
+                                          host_stream_ms=float(p.get('host_stream_ms', 0.0)),
+                                          host_streamed_layer_ms=tuple(
+                                              float(x) for x in
+                                              p.get('host_streamed_layer_ms', ())),
+                                          host_prologue_ms=_optional_float(
+                                              p.get('host_prologue_ms')))
                              for p in data['phases']),
                 vram=VramProfile(**data['vram']),
                 host_ms=float(data.get('host_ms', 0.0)),

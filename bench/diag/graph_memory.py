@@ -7,7 +7,6 @@ allocated and reserved bytes, then sums the allocator's segments by memory pool 
 
     python3 bench/diag/graph_memory.py --out $OUT/gm
 """
-import dataclasses
 import json
 import sys
 from collections import defaultdict
@@ -45,8 +44,7 @@ def main() -> None:
                                   {'lm': interleaved_indices(25, 36)}),
                                  ('all resident', 'preload', {})):
         for graphs in (False, True):
-            engine.config = dataclasses.replace(engine.config, layer_graphs=graphs)
-            engine.replan(resident=resident, mode=mode)
+            engine.replan(resident=resident, mode=mode, layer_graphs=graphs)
             torch.cuda.synchronize()
             base = torch.cuda.memory_allocated()
             runs = []

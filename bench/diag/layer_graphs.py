@@ -9,7 +9,6 @@ the eager preload run), and measures the graphs' memory against `estimate_graph_
 
     python3 bench/diag/layer_graphs.py --out $OUT/lg [--runs 4] [--rounds 2]
 """
-import dataclasses
 import json
 import os
 import statistics
@@ -43,9 +42,8 @@ def plans() -> dict[str, tuple[str, dict, bool]]:
 
 
 def attach(engine: Engine, plan: tuple[str, dict, bool], graphs: bool) -> None:
-    engine.config = dataclasses.replace(engine.config, layer_graphs=graphs)
     mode, resident, on_host = plan
-    engine.replan(resident=resident, mode=mode, embed_on_host=on_host)
+    engine.replan(resident=resident, mode=mode, embed_on_host=on_host, layer_graphs=graphs)
 
 
 def timed(engine: Engine, inp, runs: int) -> dict:

@@ -72,10 +72,10 @@ def test_parts_compose_to_the_layer_forward_bit_for_bit(dtype: torch.dtype) -> N
 
 
 def test_graph_memory_is_counted_in_the_cuda_working_set_only() -> None:
-    """~118 MiB for the full model at one sample: its decode and action tokens' graph tensors."""
+    """~148 MiB for the full model at one sample (H200: 116 MiB reserved, all resident)."""
     cfg = full_config()
     graphs = estimate_graph_bytes(cfg, 2, num_samples=1)
-    assert 100 * 2**20 < graphs < 130 * 2**20
+    assert 140 * 2**20 < graphs < 160 * 2**20
     assert estimate_graph_bytes(cfg, 2, num_samples=2) > graphs
     on_gpu = estimate_working_set(cfg, 2, EngineConfig(model='full', device='cuda'))
     assert on_gpu - estimate_working_set(

@@ -172,3 +172,70 @@ def test_calibration_placement_keeps_what_the_spare_vram_holds() -> None:
     assert calibration_placement(profile, 4 * layer - 1).indices('lm') == (0, 2)
     assert calibration_placement(profile, layer).indices('lm') == (0,)
     assert calibration_placement(profile, layer - 1) is None
+
+
+def test_graphed_resident_calls_and_eager_streamed_calls_cost_their_own_issue_time() -> None:
+    """Schema 6: a streamed call is never graphed, so it pays `host_streamed_layer_ms`."""
+    graphed = dataclasses.replace(_profile(host_layer=0.25, stream=0.5), phases=(
+        dataclasses.replace(_profile(host_layer=0.25, stream=0.5).phases[0],
+                            host_streamed_layer_ms=(4.0,) * N),))
+    everything = Placement.of({'lm': range(N)})
+    assert predict(graphed, everything, Workload(3, 0)).total_ms == pytest.approx(3 * N * 1.0)
+    streamed = predict(graphed, Placement.of(), Workload(3, 0)).total_ms
+    assert streamed == pytest.approx(3 * N * (4.0 + 0.5))       # host-bound on the eager calls
+
+
+def test_with_host_terms_takes_eager_issue_times_and_the_prologue() -> None:
+    """Eager resident calls give the streamed issue times; the first call's prologue its term."""
+    streamed = [{'sequence': 'lm', 'layer': i, 'repetition': r, 'issue_ms': 2.5,
+                 'stream_ms': 0.5, 'gap_ms': 0.1, 'prologue_ms': 0.4 + 0.1 * r if i == 0
+                 else None, 'resident': False} for r in range(4) for i in range(N)]
+    graphed = [dict(c, issue_ms=0.2, stream_ms=0.0, resident=True) for c in streamed]
+    eager = [dict(c, issue_ms=1.2, stream_ms=0.0, resident=i % 2 == 0)
+             for c, i in zip(streamed, [c['layer'] for c in streamed], strict=True)]
+    decode = with_host_terms(_profile(), streamed, resident_calls=graphed,
+                             eager_calls=eager).phases[0]
+    assert decode.host_layer_ms == pytest.approx((0.2,) * N)
+    assert decode.host_streamed_layer_ms == pytest.approx((1.2,) * N)   # odd ones by ratio
+    assert decode.host_prologue_ms == pytest.approx(0.6)         # passes 1-3 (0 is prefill)
+    older = with_host_terms(_profile(), [dict(c, prologue_ms=None) for c in streamed])
+    assert older.phases[0].host_prologue_ms is None
+    assert older.phases[0].host_streamed_layer_ms == ()
+
+
+def test_only_the_gather_and_the_prologue_follow_a_host_gather_wait() -> None:
+    """Embedding on the host: the pass waits right before the forward; the lead before the
+    gather overlaps the previous pass's compute. Without a measured prologue, all of it waits."""
+    base = _profile(host_layer=0.1, lead=2.0)
+    decode = dataclasses.replace(base.phases[0], embed_host_ms=0.5)
+    everything = Placement.of({'lm': range(N)}, embed_on_host=True)
+    unmeasured = predict(dataclasses.replace(base, phases=(decode,)), everything, Workload(3, 0))
+    assert unmeasured.total_ms == pytest.approx(3 * (2.5 + N * 1.0))
+    measured = dataclasses.replace(base, phases=(dataclasses.replace(decode,
+                                                                     host_prologue_ms=0.3),))
+    got = predict(measured, everything, Workload(3, 0)).total_ms
+    assert got == pytest.approx(1.7 + 3 * (0.8 + N * 1.0))
+
+
+def test_a_layer_still_in_its_slot_is_not_copied_again() -> None:
+    """Two streamed layers and two slots: after the first pass nothing is copied (the runtime's
+    prefetch finds them held); three streamed layers evict each other and copy every pass."""
+    two = predict(_profile(), Placement.of({'lm': (1, 2)}), Workload(3, 0)).phase('decode')
+    assert two.bytes_streamed == 2 * 100 and two.copy_ms == pytest.approx(2 * 2.0)
+    assert two.wall_ms == pytest.approx(2.0 + 3 * N * 1.0)       # the first copy, then compute
+    three = predict(_profile(), Placement.of({'lm': (1,)}), Workload(3, 0)).phase('decode')
+    assert three.bytes_streamed == 3 * 3 * 100
+
+
+def test_schema_6_terms_survive_json_and_scale_with_the_cpu(tmp_path: Path) -> None:
+    phase = dataclasses.replace(_profile(host_layer=0.2).phases[0],
+                                host_streamed_layer_ms=(1.0,) * N, host_prologue_ms=0.3)
+    profile = dataclasses.replace(_profile(host_layer=0.2), phases=(phase,))
+    (tmp_path / 'v6.json').write_text(json.dumps(profile.to_dict()))
+    assert load_profile(tmp_path / 'v6.json')[0] == profile
+    slower = profile.with_host_scaled(2.0).phases[0]
+    assert slower.host_streamed_layer_ms == (2.0,) * N and slower.host_prologue_ms == 0.6
+    bare = profile.without_host_terms().phases[0]
+    assert bare.host_streamed_layer_ms == () and bare.host_prologue_ms is None
+    with pytest.raises(ValueError, match='host_streamed_layer_ms'):
+        dataclasses.replace(phase, host_streamed_layer_ms=(1.0,))
