@@ -137,24 +137,26 @@ _HostCall = tuple[float, float, float, float | None]
 
 def _host_table(host_calls: Iterable[Any], resident_only: bool = False
                 ) -> dict[str, list[dict[int, _HostCall]]]:
-    """Per phase, per pass: layer -> its `_HostCall`."""
-    table: dict[str, dict[int, dict[int, _HostCall]]] = defaultdict(lambda: defaultdict(dict))
+    """Per phase, its passes of every run: layer -> its `_HostCall`."""
+    table: dict[tuple[int, str], dict[int, dict[int, _HostCall]]] = defaultdict(
+        lambda: defaultdict(dict))
     for rec in host_calls:
         if resident_only and not (_has(rec, 'resident') and _field(rec, 'resident')):
             continue
         stream = float(_field(rec, 'stream_ms')) if _has(rec, 'stream_ms') else 0.0
         prologue = _field(rec, 'prologue_ms') if _has(rec, 'prologue_ms') else None
-        table[str(_field(rec, 'sequence'))][int(_field(rec, 'repetition'))][
+        run = int(_field(rec, 'run')) if _has(rec, 'run') else 0
+        table[(run, str(_field(rec, 'sequence')))][int(_field(rec, 'repetition'))][
             int(_field(rec, 'layer'))] = (float(_field(rec, 'issue_ms')) - stream,
                                           float(_field(rec, 'gap_ms')), stream,
                                           None if prologue is None else float(prologue))
-    by_phase: dict[str, list[dict[int, _HostCall]]] = {}
-    for name, reps in table.items():
+    by_phase: dict[str, list[dict[int, _HostCall]]] = defaultdict(list)
+    for (_run, name), reps in sorted(table.items()):
         order = [reps[r] for r in sorted(reps)]
         for phase, _repeats, count in PHASES_OF_SEQUENCE.get(name, ()):
             taken, order = (order[:count], order[count:]) if count else (order, [])
-            by_phase[phase] = taken
-    return by_phase
+            by_phase[phase].extend(taken)
+    return dict(by_phase)
 
 
 def _resident_issue(streamed: tuple[float, ...],
@@ -179,7 +181,8 @@ def with_host_terms(profile: Profile, host_calls: Iterable[Any], *,
     (CPU time from the layer's first hook to its last, device waits excluded), `gap_ms` (CPU
     time since the previous layer call ended, device waits excluded; for the first call of an
     inference, since the vision pass began) and optionally `stream_ms` (the part of `issue_ms`
-    spent in the runtime's streaming hooks; the run streams every layer). Per phase: the median
+    spent in the runtime's streaming hooks; the run streams every layer) and optionally `run`
+    (records of several timed inferences pool their passes). Per phase: the median
     over passes of each layer's issue time without its streaming part, the median of the
     streaming part over all its calls, and the median over passes of the pass's summed gaps
     (its non-layer host work).

@@ -32,6 +32,8 @@ LOG = logging.getLogger(__name__)
 _PHASES = ('vision', 'prefill', 'decode', 'diffusion')
 # VRAM left unused by the host-timing run with layers resident (allocator fragmentation).
 _CALIBRATION_MARGIN = 2**30
+# Host-timed inferences per plan the profiler times (`host_issue_calls`).
+_HOST_TIMED_RUNS = 3
 
 
 def pinned_h2d_gbps(torch: Any, nbytes: int = 512 * 2**20, repeats: int = 5) -> float:
@@ -181,9 +183,9 @@ def engine_vram(engine: Any, context_bytes: int = 0) -> VramProfile:
                        - engine.working_set_bytes(tokens))
 
 
-def host_issue_calls(engine: Any, model_input: Any, sync_every: int = 1
+def host_issue_calls(engine: Any, model_input: Any, sync_every: int = 1, runs: int = 1
                      ) -> list[dict[str, Any]]:
-    """One inference with the host timed around every layer call (`collect.with_host_terms`).
+    """Time the host around every layer call of `runs` inferences (`collect.with_host_terms`).
 
     Each record says whether its layer was `resident` in the engine's current plan. Where the
     engine streams a layer, the device lags the host by the copies. With
@@ -203,15 +205,19 @@ def host_issue_calls(engine: Any, model_input: Any, sync_every: int = 1
     pre-hook, plus the runtime's post-hook (after a prepended post-hook marks the forward's end),
     is the streaming part (`stream_ms`), which a resident layer does not spend. The first call of
     each language-model and expert pass also records `prologue_ms`, the host time from the start
-    of the model's forward to it (what follows a host-side embedding gather, schema 6).
+    of the model's forward to it (what follows a host-side embedding gather, schema 6). Each
+    record names its `run`; the terms are medians over the passes of all runs, so one run on a
+    slow CPU moment does not set them (H200 run 12: the kernel-issue probe read 10.4 us before
+    a single timed run and 7.1 after it, and that profile's host terms came out 30-50 % above
+    the previous one's).
     """
     import torch
 
-    if sync_every < 1:
-        raise PlanningError(f'sync_every = {sync_every} must be >= 1')
+    if sync_every < 1 or runs < 1:
+        raise PlanningError(f'sync_every = {sync_every} and runs = {runs} must be >= 1')
     records: list[dict[str, Any]] = []
     resident = {seq: set(idx) for seq, idx in engine.info['resident_layers'].items()}
-    state: dict[str, Any] = {'last': None, 'open': None, 'model_start': None}
+    state: dict[str, Any] = {'last': None, 'open': None, 'model_start': None, 'run': 0}
     reps: dict[tuple[str, int], int] = defaultdict(int)
 
     def wait() -> float:
@@ -241,7 +247,8 @@ def host_issue_calls(engine: Any, model_input: Any, sync_every: int = 1
             now = time.perf_counter()
             call = state['open']
             stream = call['stream'] + now - call['forward_end']  # + the runtime's post-hook
-            records.append({'sequence': seq, 'layer': idx, 'repetition': reps[(seq, idx)],
+            records.append({'run': state['run'], 'sequence': seq, 'layer': idx,
+                            'repetition': reps[(seq, idx)],
                             'issue_ms': 1000 * (now - call['start'] - call['waited']),
                             'stream_ms': 1000 * stream, 'gap_ms': call['gap'],
                             'prologue_ms': call['prologue'],
@@ -270,7 +277,10 @@ def host_issue_calls(engine: Any, model_input: Any, sync_every: int = 1
                         layer.register_forward_hook(forward_done, prepend=True),
                         layer.register_forward_hook(end(seq, idx, idx == len(layers) - 1))]
     try:
-        engine.infer(model_input)
+        for run in range(runs):
+            state.update(last=None, open=None, model_start=None, run=run)
+            reps.clear()
+            engine.infer(model_input)
     finally:
         for handle in handles:
             handle.remove()
@@ -349,7 +359,7 @@ def add_host_terms(engine: Any, model_input: Any, profile: Profile, runs: int,
     torch.cuda.set_per_process_memory_fraction(1.0)
     engine.replan(resident={}, mode='pipelined', budget_bytes=None, embed_on_host=False)
     engine.infer(model_input)                                  # warm-up of this attach
-    streamed = host_issue_calls(engine, model_input, sync_every)
+    streamed = host_issue_calls(engine, model_input, sync_every, _HOST_TIMED_RUNS)
     # Free now, plus the allocator's cached blocks, less what the next inference needs of them.
     free, _total = torch.cuda.mem_get_info()
     spare = (free + torch.cuda.memory_reserved() - torch.cuda.memory_allocated()
@@ -371,14 +381,14 @@ def add_host_terms(engine: Any, model_input: Any, profile: Profile, runs: int,
                                  for _ in range(max(1, runs))], profile.measured_passes('decode'))
         probes.append(pinned_h2d_gbps(torch))
         issue = [host_issue_us(torch)]
-        resident_calls = host_issue_calls(engine, model_input, sync_every)
+        resident_calls = host_issue_calls(engine, model_input, sync_every, _HOST_TIMED_RUNS)
         issue.append(host_issue_us(torch))
         if engine.config.layer_graphs:     # streamed calls run eagerly: time that too
             engine.replan(resident={s: placement.indices(s) for s in placement.resident},
                           mode='pipelined', budget_bytes=None, embed_on_host=False,
                           layer_graphs=False)
             engine.infer(model_input)                          # warm-up of this attach
-            eager_calls = host_issue_calls(engine, model_input, sync_every)
+            eager_calls = host_issue_calls(engine, model_input, sync_every, _HOST_TIMED_RUNS)
         engine.replan(resident={}, mode='pipelined', budget_bytes=None, embed_on_host=False)
         engine.infer(model_input)                              # warm-up of this attach
         profile = dataclasses.replace(profile, settings={

@@ -239,3 +239,13 @@ def test_schema_6_terms_survive_json_and_scale_with_the_cpu(tmp_path: Path) -> N
     assert bare.host_streamed_layer_ms == () and bare.host_prologue_ms is None
     with pytest.raises(ValueError, match='host_streamed_layer_ms'):
         dataclasses.replace(phase, host_streamed_layer_ms=(1.0,))
+
+
+def test_host_terms_pool_the_passes_of_several_timed_runs() -> None:
+    """One run on a slow CPU moment (3x) among three does not set the terms."""
+    calls = [{'run': run, 'sequence': 'lm', 'layer': i, 'repetition': r,
+              'issue_ms': (3.0 if run == 1 else 1.0), 'gap_ms': 0.1}
+             for run in range(3) for r in range(3) for i in range(N)]
+    decode = with_host_terms(_profile(), calls).phases[0]
+    assert decode.host_layer_ms == pytest.approx((1.0,) * N)
+    assert decode.host_lead_ms == pytest.approx(N * 0.1)
