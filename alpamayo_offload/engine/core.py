@@ -362,7 +362,8 @@ class Engine:
             'vram_used_bytes': 0,
             'driver': '',
             'kernel_settings': kernel_settings(fused_norms=self.config.fused_norms,
-                                               layer_graphs=self.config.layer_graphs),
+                                               layer_graphs=self.config.layer_graphs
+                                               and self.device.type == 'cuda'),
         }
         if self.device.type == 'cuda':
             info['vram_used_bytes'] = torch.cuda.memory_allocated(self.device)

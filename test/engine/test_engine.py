@@ -73,7 +73,8 @@ def test_replan_and_embedding_on_host_keep_the_result(inputs, reference) -> None
         got = engine.infer(inputs)
         assert engine.info['embed_on_host'] is True
         assert engine.info['resident_layers']['lm'] == [1]
-        assert engine.info['kernel_settings'] == kernel_settings(fused_norms=True)  # profiled
+        assert engine.info['kernel_settings'] == kernel_settings(   # as a profile records
+            fused_norms=True, layer_graphs=False)                  # (graphs need CUDA)
     finally:
         engine.close()
     assert np.array_equal(got.samples_xyz, reference.samples_xyz)
