@@ -93,10 +93,10 @@ class LayerGraphs:
 
     The graphs replay one after another on the current stream, never concurrently, so they
     share a pool; a layer's output is its graph's static tensor, valid until that layer runs
-    again (the next layer or the final norm reads it first). Keep one instance for the process
-    and `release` it between plans: its capture stream gets its own cuBLAS workspace (32 MiB on
-    the H200), which stays allocated as long as the stream is in use (H200 run 12: a new
-    instance per re-plan left 32 MiB behind each time).
+    again (the next layer or the final norm reads it first). Keep one instance for an engine's
+    life and `release` it between plans: its capture stream gets its own cuBLAS workspace
+    (32 MiB on the H200), which stays allocated (H200 run 12: a new instance per re-plan left
+    32 MiB behind each time).
     """
 
     def __init__(self, device: torch.device) -> None:
