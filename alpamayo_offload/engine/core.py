@@ -166,7 +166,9 @@ class Engine:
         except OffloadError as err:
             raise EngineError(str(err)) from err
         self._runtime = runtime
-        if self.config.layer_graphs if layer_graphs is None else layer_graphs:
+        graphs = self.device.type == 'cuda' and (
+            self.config.layer_graphs if layer_graphs is None else layer_graphs)
+        if graphs:
             self._enable_graphs(runtime)
         self._inferences = 0
         self._calls_seen = 0
@@ -175,12 +177,10 @@ class Engine:
                       'resident': {k: tuple(v) for k, v in resident.items()},
                       'required_bytes': runtime.vram_plan.required_bytes,
                       'fixed_bytes': fixed - (0 if embed_on_host else embed),
-                      'working_set_bytes': working}
+                      'working_set_bytes': working, 'layer_graphs': graphs}
 
     def _enable_graphs(self, runtime: OffloadRuntime) -> None:
         """Graph the resident language-model and expert layers: their weights stay put."""
-        if self.device.type != 'cuda':
-            return
         if self._graphs is None:
             self._graphs = LayerGraphs(self.device)     # one for the engine's life
         for name, layers in self.model.layer_sequences().items():
@@ -362,8 +362,7 @@ class Engine:
             'vram_used_bytes': 0,
             'driver': '',
             'kernel_settings': kernel_settings(fused_norms=self.config.fused_norms,
-                                               layer_graphs=self.config.layer_graphs
-                                               and self.device.type == 'cuda'),
+                                               layer_graphs=self._plan['layer_graphs']),
         }
         if self.device.type == 'cuda':
             info['vram_used_bytes'] = torch.cuda.memory_allocated(self.device)

@@ -8,7 +8,7 @@ norms and rotary before it; the output projection, residual, norm, MLP and resid
 Each part is captured once per input shape and then replayed in one launch; the cache update and
 attention, whose key length grows, stay eager. A replay runs the captured kernels on the same
 shapes, so the layer's output is bit-identical to its eager forward (checked against whole-GPU
-eager runs in test/model/test_layer_graphs_cuda.py).
+eager runs by `test_cuda_layer_graphs_change_no_bit` in test/engine/test_engine.py).
 
 Only layers whose weights never move may be graphed: a captured kernel keeps its weight
 addresses. The engine enables the runtime's resident layers after attaching and releases the

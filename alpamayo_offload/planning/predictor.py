@@ -29,7 +29,8 @@ streaming hooks (`host_stream_ms`, schema 3); a resident call only the former, a
 resident layers (`gpu_profile.add_host_terms`). Without host terms (zeros) the host never delays
 anything and the replay is the two-engine one above. Schema 6 profiles, taken with resident
 layers replayed as CUDA graphs, give a streamed call its own eager issue time
-(`host_streamed_layer_ms`: 1.2-1.4 ms against 0.12 ms graphed for a decode layer on the H200) and
+(`host_streamed_layer_ms`: 0.7-0.9 ms against 0.12-0.24 ms graphed for a decode layer on the
+H200, run 12) and
 say how much of the lead follows a host-side gather's wait (`host_prologue_ms`): the gather sits
 right before the model's forward, so the rest of the lead overlaps the previous pass's compute.
 

@@ -28,6 +28,8 @@ SCHEMA_VERSION = 6
 # it loads, with a resident layer charged the host time of a streamed one.
 # Versions 1-3 lack each layer's device footprint; they load with a bound instead (below).
 # Versions 1-4 lack the kernel settings; theirs are unknown and not checked.
+# Versions 1-5 lack the terms of graphed resident layers: streamed calls then cost the resident
+# issue time and all of the lead follows a host-side gather's wait, as those profiles measured.
 READABLE_VERSIONS = (1, 2, 3, 4, 5, 6)
 # Device bytes a layer may take beyond its parameter bytes when the profile predates footprints:
 # allocator rounding (< 512 B a tensor) and slot alignment, for up to 32 tensors a layer.

@@ -294,3 +294,17 @@ def test_per_op_norms_give_the_fused_result_on_cpu_and_say_so(inputs, reference)
     finally:
         engine.close()
     assert np.array_equal(got.samples_xyz, reference.samples_xyz)
+
+
+@pytest.mark.cuda
+def test_cuda_kernel_settings_follow_the_plans_graphs() -> None:
+    """A plan re-attached eagerly (as the profiler times streamed calls) says so."""
+    engine = Engine.from_config(EngineConfig(mode='preload', **CUDA))
+    try:
+        assert engine.info['kernel_settings'].endswith('graphs=resident')
+        engine.replan(resident={}, mode='preload', layer_graphs=False)
+        assert engine.info['kernel_settings'].endswith('graphs=off')
+        engine.infer(example_input(216, 384))
+        assert engine.info['layer_graphs'] == 0
+    finally:
+        engine.close()
