@@ -47,8 +47,8 @@ class EngineConfig:
     `dtype` None means bf16 on CUDA and float32 on CPU for presets, as stored for checkpoints.
     `working_set_bytes` None estimates activations + KV cache from the model shape.
     `deterministic` turns on torch's deterministic algorithms process-wide (bit-exact checks).
-    `fused_norms` runs Qwen3-VL's RMSNorms as one `F.rms_norm` op (model/norms.py: 20 % faster
-    on the H200, one bfloat16 step off HF's op-by-op norm in some outputs on CUDA).
+    `fused_norms` runs Qwen3-VL's RMSNorms as one `F.rms_norm` op (model/norms.py: fewer kernels
+    for the host to issue, one bfloat16 step off HF's op-by-op norm in some outputs on CUDA).
     `layer_graphs` replays the fixed-shape parts of resident language-model and expert layers
     as CUDA graphs in decode and diffusion (model/layer_graphs.py: fewer kernels for the host
     to issue, bit-identical output); CUDA only.

@@ -110,8 +110,8 @@ class Engine:
                               "set device to 'cpu'")
         if device.type == 'cuda':
             # Resident layers are many tensors of many sizes; expandable segments keep the
-            # allocator's fragmentation inside the working-set margin (measured on an H200: a
-            # plan with 48 MiB to spare failed on 326 MiB of reserved-but-unallocated blocks).
+            # allocator's fragmentation inside the working-set margin (without them a plan with
+            # 48 MiB to spare can fail on hundreds of MiB of reserved-but-unallocated blocks).
             torch.cuda.memory._set_allocator_settings('expandable_segments:True')
         if config.deterministic:
             os.environ.setdefault('CUBLAS_WORKSPACE_CONFIG', ':4096:8')
@@ -316,7 +316,7 @@ class Engine:
 
         `presized`: frames already resized to the model's size (`image_sizing`), as the node
         delivers them; the model sees the same pixels, and `infer` skips the resize of 16 full
-        frames (0.35-0.63 s of CPU per inference on the H200 VM, 2026-11-30).
+        frames (several hundred ms of CPU per inference).
         """
         raw = example_input(height, width)
         if not presized:

@@ -9,9 +9,9 @@ from .config import EngineConfig
 
 # Working-set margin on top of the estimate below: allocator slack, cuBLAS workspaces.
 _WORKING_SET_SLACK = 512 * 2**20
-# The graphs' capture stream's cuBLAS workspace (32 MiB on the H200) and the rounding of the
-# graph pool's segments (H200 run 12, bench/diag/graph_memory.py: 44 + 72 MiB reserved with
-# everything resident, 113 MiB estimated before this term was raised from 64 MiB).
+# The graphs' capture stream's cuBLAS workspace (32 MiB on an H200) and the rounding of the
+# graph pool's segments: with every layer of the full model resident the capture stream and
+# the pool reserve about 116 MiB, which this term plus the per-layer estimate covers.
 _GRAPH_FIXED = 96 * 2**20
 
 

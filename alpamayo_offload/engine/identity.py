@@ -39,7 +39,7 @@ def kernel_settings(*, fused_norms: bool, layer_graphs: bool = True) -> str:
     """Return the settings that choose GPU kernels, as a profile records them.
 
     Deterministic algorithms and cuBLAS's workspace size (process-wide) decide which kernels run
-    (strict mode cost 4-9 % on the H200, docs/benchmarks.md section 4), and fused norms and
+    (strict mode costs a few per cent of latency), and fused norms and
     graphed resident layers launch fewer of them (`EngineConfig.fused_norms`,
     `EngineConfig.layer_graphs`), so a profile's timings only hold with the same settings.
     """

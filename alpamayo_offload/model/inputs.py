@@ -13,7 +13,7 @@ before they reach the engine), then rescale + normalise is one 256-entry lookup 
 after the patch reordering is done on uint8 for all frames at once. For a model on a GPU only the
 uint8 patches travel and the lookup runs there, in the model's dtype: a table cast to a dtype then
 looked up equals the float32 lookup cast, so the pixels are the same bit for bit, and the host
-neither builds 70 MB of float32 pixels nor casts and copies them (`bench/diag/pixels_host.py`).
+neither builds 70 MB of float32 pixels nor casts and copies them.
 `preprocess_images_reference` keeps the processor path for tests.
 """
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """CUDA graphs for the fixed-shape parts of resident decoder layers in decode and diffusion.
 
 A decode pass with most language-model layers resident is bound by the host issuing kernels:
-on the H200 VM ~25 ms of host work a pass against 28-35 ms of copies, and when the host thread
-stalls the pass runs late (docs/benchmarks.md section 3, run 11). Around the KV-cache update a
-decoder layer's shapes do not change from pass to pass: the input norm, q/k/v projections, q/k
-norms and rotary before it; the output projection, residual, norm, MLP and residual after it.
+its host work is close to its copy time, so whenever the host thread stalls the pass runs late.
+Around the KV-cache update a decoder layer's shapes do not change from pass to pass: the input
+norm, q/k/v projections, q/k norms and rotary before it; the output projection, residual, norm,
+MLP and residual after it.
 Each part is captured once per input shape and then replayed in one launch; the cache update and
 attention, whose key length grows, stay eager. A replay runs the captured kernels on the same
 shapes, so the layer's output is bit-identical to its eager forward (checked against whole-GPU
@@ -95,8 +95,8 @@ class LayerGraphs:
     share a pool; a layer's output is its graph's static tensor, valid until that layer runs
     again (the next layer or the final norm reads it first). Keep one instance for an engine's
     life and `release` it between plans: its capture stream gets its own cuBLAS workspace
-    (32 MiB on the H200), which stays allocated (H200 run 12: a new instance per re-plan left
-    32 MiB behind each time).
+    (32 MiB on an H200), which stays allocated as long as the stream lives: a new instance per
+    re-plan would leave one workspace behind each time.
     """
 
     def __init__(self, device: torch.device) -> None:

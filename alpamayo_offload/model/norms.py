@@ -2,8 +2,8 @@
 
 Decode and diffusion passes with resident layers are bound by the host issuing kernels, and
 each decoder layer's four RMSNorms (cast, pow, mean, add, rsqrt, mul, cast, mul) are 32 of its
-56 kernels. `F.rms_norm` computes the same float32 normalisation in one kernel on CUDA: on the
-H200 a whole-GPU inference ran 20 % faster (docs/benchmarks.md section 2). Its reduction order
+56 kernels. `F.rms_norm` computes the same float32 normalisation in one kernel on CUDA, which
+makes a whole-GPU inference about 20 % faster (docs/benchmarks.md). Its reduction order
 differs, so on CUDA 122 of one inference's 290 norm outputs moved by one bfloat16 step; on the
 CPU it decomposes into HF's ops and is bit-identical. Offload stays bit-exact against a
 whole-GPU run either way: both run the same norm.

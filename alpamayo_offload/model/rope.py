@@ -1,12 +1,12 @@
 """Qwen3-VL's text rotary embedding in 8 ops a layer instead of 16, with the same bits.
 
-Decode and diffusion passes with resident layers are bound by the host issuing kernels (H200
-runs 6-8, docs/benchmarks.md section 3), and transformers' `apply_rotary_pos_emb` issues 16 of a
-decoder layer's 54 ops: two unsqueezes, then slice, slice, neg, cat, mul, mul, add for each of
-q and k. `rotate_half(x) * sin` equals `roll(x, half) * sin'` with sin' = cat(-sin1, sin2)
-element for element ((-a) * b and a * (-b) round alike), and the sum keeps its operands and
-order, so the output is bit-identical on any device. sin' and the unsqueezed cos are built once
-per pass: every layer of a pass gets the same (cos, sin) tensors.
+Decode and diffusion passes with resident layers are bound by the host issuing kernels, and
+transformers' `apply_rotary_pos_emb` issues 16 of a decoder layer's 54 ops: two unsqueezes, then
+slice, slice, neg, cat, mul, mul, add for each of q and k. `rotate_half(x) * sin` equals
+`roll(x, half) * sin'` with sin' = cat(-sin1, sin2) element for element ((-a) * b and a * (-b)
+round alike), and the sum keeps its operands and order, so the output is bit-identical on any
+device. sin' and the unsqueezed cos are built once per pass: every layer of a pass gets the same
+(cos, sin) tensors.
 """
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ Without flash-attention, transformers splits q, k and v per image with
 `cu_seqlens.diff().tolist()`, once for each of the three, in every one of the 27 vision blocks.
 `cu_seqlens` lives on the GPU, so each read makes the host wait until the GPU has run everything
 queued so far (81 waits a pass), and the vision phase runs host and device in turn instead of
-side by side (it followed the CPU in every row of H200 run 8, docs/benchmarks.md section 3).
+side by side, so its latency follows the CPU's speed.
 The blocks of a pass share one `cu_seqlens` tensor: here its lengths are read once and every
 block issues the same ops on the same splits, so the output is bit-identical.
 """

@@ -85,7 +85,7 @@ class LayerFootprint:
 
     Planners outside the runtime (a profile of the model) use these, not the parameter bytes:
     per-tensor allocator rounding and slot alignment add a few hundred bytes a layer, enough to
-    make a plan packed to the byte exceed its budget (H200, 2026-11-30: 21 KB over 16 GiB).
+    make a plan packed to the byte exceed its budget (about 21 KB over 16 GiB for Alpamayo-R1).
     """
 
     resident_bytes: int     # resident: one allocator block per tensor

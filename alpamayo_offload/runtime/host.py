@@ -6,7 +6,7 @@ page-aligned allocation registered once, in place, with ``cudaHostRegister``; ea
 page-aligned region of it, so the pinned bytes are the layers' bytes rounded up to a page each.
 One registration rather than one per layer: the driver maps registrations at a granularity
 coarser than a page, and two small neighbouring registrations can collide
-(``cudaErrorHostMemoryAlreadyRegistered``, seen on an H200 with 20-45 KiB layers).
+(``cudaErrorHostMemoryAlreadyRegistered`` with layers of 20-45 KiB).
 
 The registration is undone by a finalizer as well as by :meth:`HostArena.release`: an arena
 dropped without release would otherwise be unmapped while still registered, and the next arena
@@ -109,8 +109,8 @@ def _consume_pending_cuda_error() -> None:
     """Clear the error a failed cudaHost(Un)register leaves as CUDA's last error.
 
     PyTorch checks the last error after each kernel launch, so it would otherwise surface as a
-    failure of whatever CUDA operation this process runs next (seen on an H200: a tensor
-    allocation raised cudaErrorHostMemoryAlreadyRegistered). A launch here takes it instead.
+    failure of whatever CUDA operation this process runs next (a tensor allocation raising
+    cudaErrorHostMemoryAlreadyRegistered). A launch here takes it instead.
     """
     try:
         torch.zeros(1, device='cuda')

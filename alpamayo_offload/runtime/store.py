@@ -2,8 +2,8 @@
 
 Without a store, :meth:`OffloadRuntime.attach` packs the streamed layers into a fresh arena and
 :meth:`~OffloadRuntime.detach` copies them back out, so re-planning a loaded model re-pins and
-re-copies every streamed byte (14-19 GB of Alpamayo-R1: most of each ~20 s bench visit on an
-H200 VM).
+re-copies every streamed byte (14-19 GB of Alpamayo-R1, which takes longer than the inferences
+that follow a re-plan).
 :meth:`HostStore.adopt` packs every layer of the sequences once, in the layout the runtime
 streams it in, and leaves the layers on ``meta``. Attached with the store as its source, a
 runtime streams each streamed layer straight from the store's region (no copy, no arena of its
