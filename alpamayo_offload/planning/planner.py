@@ -16,7 +16,6 @@ import heapq
 import logging
 from dataclasses import dataclass
 
-from alpamayo_offload.planning.closed_forms import interleaved_indices
 from alpamayo_offload.planning.errors import BudgetError
 from alpamayo_offload.planning.predictor import (
     Pipeline,
@@ -187,6 +186,16 @@ def _greedy(profile: Profile, budget_bytes: int, options: PlannerOptions,
     prediction = predict(profile, placement, options.workload, options.pipeline)
     return PlanResult(placement, prediction, _vram(profile, placement, options), budget_bytes,
                       'greedy')
+
+
+def interleaved_indices(k: int, n_layers: int) -> tuple[int, ...]:
+    """Return the paper's Eq. 8: k resident layers evenly spaced over 0..L-2 (first one in)."""
+    span = n_layers - 1
+    if k <= 0:
+        return ()
+    if k >= span:
+        return tuple(range(span))
+    return tuple(sorted({(i * span) // k for i in range(k)}))
 
 
 def interleaved_plan(profile: Profile, budget_bytes: int, options: PlannerOptions,

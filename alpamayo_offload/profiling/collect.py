@@ -13,12 +13,10 @@ fits the phases' non-layer time to a pipelined run with layers resident.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import logging
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from alpamayo_offload.planning.errors import ProfileFormatError
@@ -46,22 +44,6 @@ PHASES_OF_SEQUENCE: Mapping[str, tuple[tuple[str, str, int | None], ...]] = {
 HOST_WAITS = frozenset({'prefill'})
 # A call whose compute exceeds this many times its layer's median over passes is reported.
 _OUTLIER_FACTOR = 5.0
-
-
-def model_identity(model: str) -> str:
-    """Identify a preset by name and a checkpoint by the hash of its config and weight index.
-
-    Hashing the small JSON files (not the weights) makes the check cheap and still tells two
-    checkpoints apart.
-    """
-    path = Path(model)
-    if not path.is_dir():
-        return f'preset:{model}'
-    digest = hashlib.sha256()
-    for name in ('config.json', 'model.safetensors.index.json'):
-        if (path / name).is_file():
-            digest.update((path / name).read_bytes())
-    return f'checkpoint:{path.name}:{digest.hexdigest()[:16]}'
 
 
 def _field(record: Any, name: str) -> Any:

@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from alpamayo_offload.planning.collect import model_identity
 from alpamayo_offload.planning.errors import PlanningError
+from alpamayo_offload.planning.identity import model_identity
 from alpamayo_offload.planning.params import (
     PlanParams,
     profile_ref,
@@ -252,7 +252,7 @@ def _sweep(profile: Profile, options: PlannerOptions, step: int, top: int | None
 
 
 def _cmd_profile(args: argparse.Namespace) -> int:
-    from alpamayo_offload.planning import gpu_profile
+    from alpamayo_offload.profiling import gpu_profile
 
     try:
         profile = gpu_profile.run_profile(

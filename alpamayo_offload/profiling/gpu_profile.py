@@ -17,16 +17,16 @@ import time
 from collections import defaultdict
 from typing import Any
 
-from alpamayo_offload.planning.collect import (
+from alpamayo_offload.planning.errors import PlanningError
+from alpamayo_offload.planning.identity import model_identity
+from alpamayo_offload.planning.predictor import Placement
+from alpamayo_offload.planning.profile import MachineInfo, Profile, VramProfile
+from alpamayo_offload.profiling.collect import (
     build_profile,
-    model_identity,
     with_fitted_tails,
     with_footprints,
     with_host_terms,
 )
-from alpamayo_offload.planning.errors import PlanningError
-from alpamayo_offload.planning.predictor import Placement
-from alpamayo_offload.planning.profile import MachineInfo, Profile, VramProfile
 
 LOG = logging.getLogger(__name__)
 _PHASES = ('vision', 'prefill', 'decode', 'diffusion')
