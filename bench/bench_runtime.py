@@ -28,7 +28,6 @@ os.environ.setdefault('CUBLAS_WORKSPACE_CONFIG', ':4096:8')
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-from alpamayo_offload.demo import ToyConfig, build_stack, run_stack  # noqa: E402
 from alpamayo_offload.runtime import (  # noqa: E402
     LayerSequence,
     Mode,
@@ -37,6 +36,7 @@ from alpamayo_offload.runtime import (  # noqa: E402
     TensorSpec,
 )
 from alpamayo_offload.runtime.host import HostRegion  # noqa: E402
+from testkit.toy_model import ToyConfig, build_stack, run_stack  # noqa: E402
 
 GB = 1e9
 GIB = float(2**30)

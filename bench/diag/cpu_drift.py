@@ -27,11 +27,14 @@ import torch  # noqa: E402
 from bench_planner import at_cpu_speed  # noqa: E402
 from diag_cli import paper_engine, parse_args  # noqa: E402
 
-from alpamayo_offload.planning.closed_forms import interleaved_indices  # noqa: E402
-from alpamayo_offload.planning.gpu_profile import host_issue_us  # noqa: E402
-from alpamayo_offload.planning.planner import PlannerOptions, plan  # noqa: E402
+from alpamayo_offload.planning.planner import (  # noqa: E402
+    PlannerOptions,
+    interleaved_indices,  # noqa: E402
+    plan,
+)
 from alpamayo_offload.planning.predictor import Placement, Workload, predict  # noqa: E402
 from alpamayo_offload.planning.profile import Profile, load_profile  # noqa: E402
+from alpamayo_offload.profiling.gpu_profile import host_issue_us  # noqa: E402
 
 GIB = 2**30
 

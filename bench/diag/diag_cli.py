@@ -49,7 +49,7 @@ def profiled_engine(*, fused_norms: bool) -> tuple[Engine, Any]:
     terms) taken as bench_planner takes it."""
     import torch
 
-    from alpamayo_offload.planning.gpu_profile import profile_engine
+    from alpamayo_offload.profiling.gpu_profile import profile_engine
 
     engine = paper_engine(fused_norms=fused_norms, model='full', device='cuda',
                           mode='sequential', instrument=True)

@@ -33,14 +33,14 @@ from diag_cli import (  # noqa: E402
 )
 
 from alpamayo_offload.engine import Engine  # noqa: E402
-from alpamayo_offload.planning.closed_forms import interleaved_indices  # noqa: E402
-from alpamayo_offload.planning.collect import with_host_terms  # noqa: E402
-from alpamayo_offload.planning.gpu_profile import (  # noqa: E402
+from alpamayo_offload.planning.planner import interleaved_indices  # noqa: E402
+from alpamayo_offload.planning.predictor import Placement, Workload, predict  # noqa: E402
+from alpamayo_offload.planning.profile import Profile, save_profile  # noqa: E402
+from alpamayo_offload.profiling.collect import with_host_terms  # noqa: E402
+from alpamayo_offload.profiling.gpu_profile import (  # noqa: E402
     add_host_terms,
     host_issue_calls,
 )
-from alpamayo_offload.planning.predictor import Placement, Workload, predict  # noqa: E402
-from alpamayo_offload.planning.profile import Profile, save_profile  # noqa: E402
 
 PHASES = ('vision', 'prefill', 'decode', 'diffusion')
 WORK = Workload(DECODE_TOKENS, DIFFUSION_STEPS)

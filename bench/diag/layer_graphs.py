@@ -25,7 +25,7 @@ from diag_cli import paper_engine, parse_args  # noqa: E402
 
 from alpamayo_offload.engine import Engine  # noqa: E402
 from alpamayo_offload.engine.estimates import estimate_graph_bytes  # noqa: E402
-from alpamayo_offload.planning.closed_forms import interleaved_indices  # noqa: E402
+from alpamayo_offload.planning.planner import interleaved_indices  # noqa: E402
 
 # The planner's 16 GiB plan of run 11c (docs/results/2026-11-30-h200/run11/planner_a_rerun).
 PLANNED_16 = {'vit': (0,), 'lm': (1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12, 13, 15, 16, 17, 18, 19, 20,

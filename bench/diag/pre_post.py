@@ -25,8 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import torch  # noqa: E402
 from diag_cli import parse_args, profiled_engine  # noqa: E402
 
-from alpamayo_offload.planning.closed_forms import interleaved_indices  # noqa: E402
-from alpamayo_offload.planning.gpu_profile import add_host_terms  # noqa: E402
+from alpamayo_offload.planning.planner import interleaved_indices  # noqa: E402
+from alpamayo_offload.profiling.gpu_profile import add_host_terms  # noqa: E402
 
 
 def pre_post_ms(engine: object, model_input: object) -> tuple[float, float]:

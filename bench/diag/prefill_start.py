@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from diag_cli import paper_engine, parse_args  # noqa: E402
 
-from alpamayo_offload.planning.closed_forms import interleaved_indices  # noqa: E402
+from alpamayo_offload.planning.planner import interleaved_indices  # noqa: E402
 
 
 def _more(ap) -> None:  # noqa: ANN001
