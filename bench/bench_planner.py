@@ -30,8 +30,8 @@ The same terms timed on streamed layers only are kept as the diagnostic profile
 `profile_streamed_calls.json`. Every row records its per-phase timings (median over --runs), so
 the device part is compared apart from host noise.
 
-    python3 bench/bench_planner.py --out $OUT --budget-s 460   # the report takes ~60 s more
-    .venv/bin/python bench/bench_planner.py --out DIR --report      # from DIR's rows.jsonl
+    python -m bench.bench_planner --out $OUT --budget-s 460   # the report takes ~60 s more
+    .venv/bin/python -m bench.bench_planner --out DIR --report      # from DIR's rows.jsonl
 
 Needs from the engine (beyond docs/design.md): `EngineConfig(instrument=...)`,
 `engine.example_input()`, `engine.runtime_stats(reset=...)`, `engine.info['embed_bytes']`, and

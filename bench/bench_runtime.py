@@ -8,7 +8,7 @@ the bound ``max(sum EXE, sum DMA of streamed layers) + one layer's DMA`` from th
 profile, their ratio, achieved copy bandwidth against the machine's pinned H2D peak, peak VRAM
 against the budget, and bit-exactness (deterministic algorithms on).
 
-    python3 bench/bench_runtime.py --out $OUT
+    python -m bench.bench_runtime --out $OUT
 """
 from __future__ import annotations
 
