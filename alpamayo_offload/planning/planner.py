@@ -220,8 +220,8 @@ def plan(profile: Profile, budget_bytes: int, options: PlannerOptions = PlannerO
 
     With `options.cpu_headroom` h > 1 the search and the choice run on the profile with its
     host issue times times h, so a plan that turns host-bound when the CPU slows down (a decode
-    with most LM layers resident: benchmarks.md section 3, run 11) loses to one that stays
-    copy-bound; the result's prediction is at the profiled CPU speed.
+    with most LM layers resident) loses to one that stays copy-bound; the result's prediction
+    is at the profiled CPU speed.
     """
     _check_budget(profile, budget_bytes, options)
     judged = profile if options.cpu_headroom == 1.0 else profile.with_host_scaled(
