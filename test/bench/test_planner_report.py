@@ -1,4 +1,4 @@
-"""bench/bench_planner.py's report on this CPU, from a committed H200 run (run 9, A).
+"""`bench.bench_planner`'s report on this CPU, from a committed H200 run (run 9, A).
 
 The report has no GPU part, so its diagnostic columns are checked here: the CPU-speed column
 equals the plain device error when the CPU was as fast as at the profile, and moves a row whose
