@@ -21,7 +21,7 @@ test: venv
 	ALPAMAYO_TEST_NEEDS_ROS=1 $(PY) -m pytest -q
 
 lint: venv
-	$(PY) -m ruff check alpamayo_offload test bench launch
+	$(PY) -m ruff check alpamayo_offload test testkit bench launch
 
 clean:
 	rm -rf $(VENV) build install log *.egg-info

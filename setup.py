@@ -19,7 +19,7 @@ ROS_PIP = [
 setup(
     name=PACKAGE,
     version='0.1.0',
-    packages=find_packages(exclude=['test', 'test.*']),
+    packages=find_packages(exclude=['test', 'test.*', 'testkit', 'testkit.*', 'bench', 'bench.*']),
     package_data={PACKAGE: ['py.typed']},
     data_files=[
         ('share/ament_index/resource_index/packages', [f'resource/{PACKAGE}']),

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 # Sub-command modules; each exposes `register(subparsers)` that adds its parser and sets `func`.
 _COMMAND_MODULES = (
-    'alpamayo_offload.planning.commands',
+    'alpamayo_offload.profiling.commands',
     'alpamayo_offload.replay.commands',
 )
 

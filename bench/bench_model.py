@@ -1,8 +1,8 @@
 """Full-size Alpamayo-R1 on one GPU: per-phase latency, peak VRAM, checkpoint write/load.
 
-    python bench/bench_model.py --out $OUT                        # inference only (~2-3 min)
-    python bench/bench_model.py --out $OUT --save-checkpoint DIR  # + write 22 GB sharded random
-    python bench/bench_model.py --out $OUT --load-checkpoint DIR  # + load time, peak host RSS
+    python -m bench.bench_model --out $OUT                        # inference only (~2-3 min)
+    python -m bench.bench_model --out $OUT --save-checkpoint DIR  # + write 22 GB sharded random
+    python -m bench.bench_model --out $OUT --load-checkpoint DIR  # + load time, peak host RSS
 
 Random bf16 weights are initialised on the GPU from a seed (never in host RAM). One inference =
 4 cameras x 4 frames at 1080x1920 (16 x 180 image tokens, ~3,000-token prompt), fixed 21 decode
@@ -23,8 +23,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from alpamayo_offload.model import (  # noqa: E402
     DecodeOptions,
@@ -70,8 +68,8 @@ def bench_inference(args: argparse.Namespace) -> dict:
     torch.cuda.synchronize()
     init_s = time.perf_counter() - t
     t = time.perf_counter()
-    # The pixels made on the GPU in the model's dtype, as the engine makes them (until
-    # 2026-11-30 they were float32 on the host; every vision pass cast and copied them).
+    # The pixels made on the GPU in the model's dtype, as the engine makes them (pixels in
+    # float32 on the host would be cast and copied by every vision pass).
     inputs = prepare_inputs(*raw_inputs(1080, 1920), cfg, SyntheticTextIds(), "cuda",
                             torch.bfloat16)
     prep_s = time.perf_counter() - t
@@ -158,8 +156,9 @@ def bench_load(path: str) -> list[dict]:
     results = []
     devices = ("engine:cuda", "cpu", "cuda") if torch.cuda.is_available() else ("engine:cpu", "cpu")
     for device in devices:
-        proc = subprocess.run([sys.executable, __file__, "--load-child", path, "--child-device",
-                               device], capture_output=True, text=True, check=False)
+        proc = subprocess.run([sys.executable, "-m", "bench.bench_model", "--load-child", path,
+                               "--child-device", device], capture_output=True, text=True,
+                              check=False, cwd=Path(__file__).resolve().parents[1])
         if proc.returncode != 0:
             results.append({"device": device, "error": proc.stderr.strip()[-2000:]})
             print(f"load to {device} failed:\n{proc.stderr.strip()[-2000:]}", flush=True)

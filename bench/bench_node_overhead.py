@@ -24,7 +24,7 @@ masked, greedy argmax of its logits) ends the prefill/decode pass that emits it,
 time; an instrumented pass reports it beside. Frames are textured ~290 KB q90 JPEGs (a plain
 gradient compresses to 90 KB and decodes twice as fast as a camera frame).
 
-Run: .venv/bin/python bench/bench_node_overhead.py [--device cuda --model DIR] [--json OUT.json]
+Run: .venv/bin/python -m bench.bench_node_overhead [--device cuda --model DIR] [--json OUT.json]
      [--image-size 320x576]
 """
 from __future__ import annotations

@@ -12,9 +12,9 @@ abs difference from preload (deterministic pass), and our predictor's figure.
 Rows run most important first and are skipped ('skipped: time budget') once `--budget-s` would
 be overrun; each finished row is appended to `--out/rows.jsonl` at once.
 
-    python3 bench/bench_peers.py --out $OUT --budget-s 520
-    python3 bench/bench_peers.py --out $OUT --parts llama --cap 6,8,10     # second model
-    python3 bench/bench_peers.py --out DIR --report-only                    # rebuild the report
+    python -m bench.bench_peers --out $OUT --budget-s 520
+    python -m bench.bench_peers --out $OUT --parts llama --cap 6,8,10     # second model
+    python -m bench.bench_peers --out DIR --report-only                    # rebuild the report
 
 diffusers is not a dependency: bring its wheel (.whl/) and put it on PYTHONPATH (docs/peers.md).
 """
@@ -34,8 +34,9 @@ from typing import Any, Protocol
 os.environ.setdefault('CUBLAS_WORKSPACE_CONFIG', ':4096:8')   # before the first cuBLAS call
 
 import torch  # noqa: E402
-from peers.measure import Deadline  # noqa: E402
-from peers.rows import (  # noqa: E402
+
+from bench.peers.measure import Deadline  # noqa: E402
+from bench.peers.rows import (  # noqa: E402
     RUNTIMES,
     Estimator,
     RowLog,
@@ -49,7 +50,7 @@ from peers.rows import (  # noqa: E402
     speedups,
     table,
 )
-from peers.runner import Repeats  # noqa: E402
+from bench.peers.runner import Repeats  # noqa: E402
 
 LOG = logging.getLogger('bench_peers')
 
@@ -169,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     parts = [p for p in args.parts.split(',') if p]
     repeats = Repeats(args.runs, args.peer_runs, args.slow_runs, args.deterministic_timing)
     if 'alpamayo' in parts:
-        from peers.alpamayo import AlpamayoBench, AlpamayoSettings
+        from bench.peers.alpamayo import AlpamayoBench, AlpamayoSettings
 
         h, w = (int(v) for v in args.image_hw.split('x'))
         bench = AlpamayoBench(AlpamayoSettings(
@@ -183,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         bench.close()
         del bench
     if 'llama' in parts:
-        from peers.llama import LlamaBench, LlamaSettings
+        from bench.peers.llama import LlamaBench, LlamaSettings
 
         if deadline.allows(60.0):
             llama = LlamaBench(LlamaSettings(

@@ -30,8 +30,8 @@ The same terms timed on streamed layers only are kept as the diagnostic profile
 `profile_streamed_calls.json`. Every row records its per-phase timings (median over --runs), so
 the device part is compared apart from host noise.
 
-    python3 bench/bench_planner.py --out $OUT --budget-s 460   # the report takes ~60 s more
-    .venv/bin/python bench/bench_planner.py --out DIR --report      # from DIR's rows.jsonl
+    python -m bench.bench_planner --out $OUT --budget-s 460   # the report takes ~60 s more
+    .venv/bin/python -m bench.bench_planner --out DIR --report      # from DIR's rows.jsonl
 
 Needs from the engine (beyond docs/design.md): `EngineConfig(instrument=...)`,
 `engine.example_input()`, `engine.runtime_stats(reset=...)`, `engine.info['embed_bytes']`, and
@@ -52,20 +52,25 @@ from typing import Any
 
 import torch
 
-from alpamayo_offload.planning.closed_forms import interleaved_indices
-from alpamayo_offload.planning.collect import with_host_terms
 from alpamayo_offload.planning.errors import BudgetError, ProfileFormatError
-from alpamayo_offload.planning.gpu_profile import (
+from alpamayo_offload.planning.planner import (
+    PlannerOptions,
+    interleaved_indices,
+    interleaved_plan,
+    plan,
+    vram_needed,
+)
+from alpamayo_offload.planning.predictor import Placement, Workload, predict
+from alpamayo_offload.planning.profile import Profile, load_profile, save_profile
+from alpamayo_offload.planning.units import format_bytes
+from alpamayo_offload.profiling.collect import with_host_terms
+from alpamayo_offload.profiling.gpu_profile import (
     add_host_terms,
     host_issue_calls,
     host_issue_us,
     pinned_h2d_gbps,
     profile_engine,
 )
-from alpamayo_offload.planning.planner import PlannerOptions, interleaved_plan, plan, vram_needed
-from alpamayo_offload.planning.predictor import Placement, Workload, predict
-from alpamayo_offload.planning.profile import Profile, load_profile, save_profile
-from alpamayo_offload.planning.units import format_bytes
 
 GIB = 2**30
 PARTS = {'budgets', 'sweep'}

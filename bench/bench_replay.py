@@ -5,9 +5,9 @@ Writes a synthetic drive bag (the ROS helper's generator), replays it through th
 the report directory and bench_replay.json go to --out.
 
 CPU, tiny model (CI machine):
-    .venv/bin/python bench/bench_replay.py --out /tmp/bench_replay
+    .venv/bin/python -m bench.bench_replay --out /tmp/bench_replay
 GPU, full-size model under a 16 GiB cap (lead; the plan file from `alpamayo-offload plan`):
-    python3 bench/bench_replay.py --device cuda --model /path/to/Alpamayo-R1-10B \
+    python -m bench.bench_replay --device cuda --model /path/to/Alpamayo-R1-10B \
         --plan plan_16GiB.yaml --mem-cap-gib 16 --image-format jpeg --height 1080 --width 1920 \
         --duration 14 --rate 1 --out $OUT
 """

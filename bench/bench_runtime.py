@@ -8,7 +8,7 @@ the bound ``max(sum EXE, sum DMA of streamed layers) + one layer's DMA`` from th
 profile, their ratio, achieved copy bandwidth against the machine's pinned H2D peak, peak VRAM
 against the budget, and bit-exactness (deterministic algorithms on).
 
-    python3 bench/bench_runtime.py --out $OUT
+    python -m bench.bench_runtime --out $OUT
 """
 from __future__ import annotations
 
@@ -28,7 +28,6 @@ os.environ.setdefault('CUBLAS_WORKSPACE_CONFIG', ':4096:8')
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-from alpamayo_offload.demo import ToyConfig, build_stack, run_stack  # noqa: E402
 from alpamayo_offload.runtime import (  # noqa: E402
     LayerSequence,
     Mode,
@@ -37,6 +36,7 @@ from alpamayo_offload.runtime import (  # noqa: E402
     TensorSpec,
 )
 from alpamayo_offload.runtime.host import HostRegion  # noqa: E402
+from testkit.toy_model import ToyConfig, build_stack, run_stack  # noqa: E402
 
 GB = 1e9
 GIB = float(2**30)

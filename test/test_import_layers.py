@@ -21,8 +21,12 @@ FORBIDDEN = {
               'alpamayo_offload.assembly'},
     'assembly': {'rclpy', 'torch', 'transformers', 'alpamayo_offload.ros', 'alpamayo_offload.model',
                  'alpamayo_offload.runtime', 'alpamayo_offload.engine', 'alpamayo_offload.replay'},
-    'planning': {'rclpy', 'transformers', 'alpamayo_offload.ros', 'alpamayo_offload.model',
-                 'alpamayo_offload.replay'},
+    'planning': {'torch', 'numpy', 'transformers', 'rclpy', 'rosbags',
+                 'alpamayo_offload.runtime', 'alpamayo_offload.model', 'alpamayo_offload.engine',
+                 'alpamayo_offload.profiling', 'alpamayo_offload.assembly', 'alpamayo_offload.app',
+                 'alpamayo_offload.replay', 'alpamayo_offload.ros', 'alpamayo_offload.cli'},
+    'profiling': {'rclpy', 'rosbags', 'alpamayo_offload.app', 'alpamayo_offload.replay',
+                  'alpamayo_offload.ros', 'alpamayo_offload.assembly', 'alpamayo_offload.cli'},
     'engine': {'rclpy', 'rosbags', 'alpamayo_offload.ros', 'alpamayo_offload.assembly',
                'alpamayo_offload.replay', 'alpamayo_offload.cli'},
     'replay': {'rclpy', 'alpamayo_offload.ros.node', 'alpamayo_offload.ros.params',
@@ -74,3 +78,13 @@ def test_replay_runs_without_ros() -> None:
     result = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
                             check=False)
     assert result.returncode == 0 and 'ok' in result.stdout, result.stderr[-2000:]
+
+
+def test_planning_imports_neither_torch_nor_numpy() -> None:
+    """Planning is pure: a machine without torch can plan from a profile measured elsewhere."""
+    code = ('import sys, alpamayo_offload.planning; '
+            'print(sorted({"torch", "numpy"} & set(sys.modules)))')
+    result = subprocess.run([sys.executable, '-c', code], cwd=PKG.parent, capture_output=True,
+                            text=True, check=False)
+    assert result.returncode == 0 and result.stdout.strip() == '[]', (
+        result.stdout + result.stderr[-2000:])

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PATHS = ['alpamayo_offload', 'test', 'bench', 'launch', 'setup.py']
+PATHS = ['alpamayo_offload', 'test', 'testkit', 'bench', 'launch', 'setup.py']
 
 
 def _ruff(*select: str) -> subprocess.CompletedProcess[str]:

@@ -126,7 +126,7 @@ class Rollout:
         Gathered on the host for a CUDA device, the rows land in pinned memory and travel
         without blocking the host: a copy from pageable memory would hold it until the copy
         engine reached it, behind any layer copy queued there (the profile times the gather
-        this way, `planning.gpu_profile.embed_host_ms`).
+        this way, `profiling.gpu_profile.embed_host_ms`).
         """
         table = self.model.vlm.model.language_model.embed_tokens
         home = table.weight.device

@@ -1,8 +1,13 @@
-"""Profile data model, residency planner and latency predictor (pure; no torch, no CUDA).
+"""Profile data model, latency predictor, residency planner and plan files (stdlib and yaml only).
 
-The node and engine import the small helpers from here: `resident_from_param` /
-`resident_to_param` (the `[-1]` = none convention of `resident_layers.*`), `read_plan_params`,
-and `parse_budget` ("12GiB", "free-2GiB", "0.8free").
+Everything here works on numbers already measured, so it runs on any machine, without torch or
+a GPU: `Profile` (what `alpamayo-offload profile` measured, read and written as JSON),
+`predict` (a replay of the copy, compute and host engines for one placement), `plan` (the
+placement with the lowest predicted latency within a VRAM budget), the residency parameter
+file (`read_plan_params` / `write_plan_params`, with the `[-1]` = none convention of
+`resident_layers.*`), byte and budget units (`parse_budget`: "12GiB", "free-2GiB", "0.8free")
+and `model_identity`, which ties a profile to its model. Measuring a profile needs the engine
+and lives in `alpamayo_offload.profiling`.
 """
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ from alpamayo_offload.planning.errors import (
     ProfileFormatError,
     StaleProfileError,
 )
+from alpamayo_offload.planning.identity import model_identity
 from alpamayo_offload.planning.params import (
     NO_LAYERS,
     PARAM_KEYS,
@@ -31,7 +37,7 @@ __all__ = [
     'NO_LAYERS', 'PARAM_KEYS', 'BudgetError', 'PlanFileError', 'PlanParams', 'PlanResult',
     'PlannerOptions', 'PlanningError', 'Pipeline', 'Placement', 'Prediction', 'Profile',
     'ProfileFormatError', 'StaleProfileError', 'Workload', 'check_profile', 'format_bytes',
-    'load_profile', 'minimum_budget', 'parse_budget', 'parse_bytes', 'plan', 'predict',
-    'read_plan_params', 'resident_from_param', 'resident_to_param', 'save_profile',
+    'load_profile', 'minimum_budget', 'model_identity', 'parse_budget', 'parse_bytes', 'plan',
+    'predict', 'read_plan_params', 'resident_from_param', 'resident_to_param', 'save_profile',
     'write_plan_params',
 ]

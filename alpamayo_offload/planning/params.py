@@ -119,8 +119,8 @@ def read_plan_params(path: str | Path) -> PlanParams:
             predicted_latency_s=float(plan['predicted_latency_s']),
             profile=_typed(plan['profile'], str, 'plan.profile'),
             cpu_sensitive_phases=_typed(plan.get('cpu_sensitive_phases', ''), str,
-                                        'plan.cpu_sensitive_phases'),   # absent before 2026-11-30
-            cpu_headroom=_headroom(plan.get('cpu_headroom', 1.0)),  # absent before run 11
+                                        'plan.cpu_sensitive_phases'),   # optional: older files
+            cpu_headroom=_headroom(plan.get('cpu_headroom', 1.0)),  # optional: older files
         )
     except (OSError, yaml.YAMLError) as err:
         raise PlanFileError(f'cannot read plan file {str(path)!r} ({err}); write one with '

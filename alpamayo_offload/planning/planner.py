@@ -16,7 +16,6 @@ import heapq
 import logging
 from dataclasses import dataclass
 
-from alpamayo_offload.planning.closed_forms import interleaved_indices
 from alpamayo_offload.planning.errors import BudgetError
 from alpamayo_offload.planning.predictor import (
     Pipeline,
@@ -189,6 +188,16 @@ def _greedy(profile: Profile, budget_bytes: int, options: PlannerOptions,
                       'greedy')
 
 
+def interleaved_indices(k: int, n_layers: int) -> tuple[int, ...]:
+    """Return the paper's Eq. 8: k resident layers evenly spaced over 0..L-2 (first one in)."""
+    span = n_layers - 1
+    if k <= 0:
+        return ()
+    if k >= span:
+        return tuple(range(span))
+    return tuple(sorted({(i * span) // k for i in range(k)}))
+
+
 def interleaved_plan(profile: Profile, budget_bytes: int, options: PlannerOptions,
                      sequence: str = 'lm', embed_on_host: bool = False) -> PlanResult | None:
     """Apply the paper's policy: as many Eq. 8 interleaved layers of one sequence as fit."""
@@ -211,8 +220,8 @@ def plan(profile: Profile, budget_bytes: int, options: PlannerOptions = PlannerO
 
     With `options.cpu_headroom` h > 1 the search and the choice run on the profile with its
     host issue times times h, so a plan that turns host-bound when the CPU slows down (a decode
-    with most LM layers resident: benchmarks.md section 3, run 11) loses to one that stays
-    copy-bound; the result's prediction is at the profiled CPU speed.
+    with most LM layers resident) loses to one that stays copy-bound; the result's prediction
+    is at the profiled CPU speed.
     """
     _check_budget(profile, budget_bytes, options)
     judged = profile if options.cpu_headroom == 1.0 else profile.with_host_scaled(

@@ -20,9 +20,9 @@ from ..planning import (
     check_profile,
     format_bytes,
     load_profile,
+    model_identity,
     plan,
 )
-from ..planning.collect import model_identity
 from ..planning.params import split_profile_ref
 from ..runtime.errors import BudgetError as RuntimeBudgetError
 from .vram import ResolvedBudget, resolve_budget

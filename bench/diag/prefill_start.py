@@ -1,45 +1,46 @@
-"""Is the prefill's first streamed LM layer in its slot when the prefill starts?
+"""`prefill-start`: is the prefill's first streamed LM layer in its slot when the prefill starts?
 
-Run 9 (H200, 2026-11-30, docs/benchmarks.md section 3) measured every streamed prefill of its
-8-10 GiB command 4-9 ms above prediction. The predictor has the first streamed LM layer copied
-while vision ends (its pre-hook prefetch in the last streamed ViT layer); predicted as if that
-copy started only after the prefill's host lead, the prefill came within -1.8 to +1.2 %. This
-runs one plan pipelined and instrumented and prints, for the last streamed ViT calls and the
-first streamed LM calls of the prefill, each call's copy time and how long its compute waited
-for the copy (`stall_ms`): a first LM stall near a layer's copy time says the copy was not
-overlapped with the end of vision.
-
-    python3 bench/diag/prefill_start.py --out $OUT/prefill_start [--lm-resident 14]
-    .venv/bin/python bench/diag/prefill_start.py --out /tmp/ps --model tiny --device cpu
+The runtime prefetches across phases: the last streamed ViT layer's hook starts the copy of the
+first streamed LM layer, so that copy overlaps the end of vision and the prefill does not wait
+for it; the predictor assumes so. This runs one plan (`--lm-resident` evenly spaced LM layers
+resident) pipelined and instrumented and prints, for the last two streamed ViT calls and the
+first four streamed LM calls of the prefill, each call's copy time and how long its compute
+waited for the copy (`stall_ms`): a first LM stall near its copy time says the copy was not
+overlapped. Runs on the CPU too (`--model tiny --device cpu`), where the copies are host copies.
 """
+from __future__ import annotations
+
+import argparse
 import json
 import sys
-from pathlib import Path
+from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from diag_cli import paper_engine, parse_args  # noqa: E402
-
-from alpamayo_offload.planning.closed_forms import interleaved_indices  # noqa: E402
+from alpamayo_offload.planning.planner import interleaved_indices
+from bench.diag.common import add_out, add_subcommand, out_dir, paper_engine
 
 
-def _more(ap) -> None:  # noqa: ANN001
-    ap.add_argument('--lm-resident', type=int, default=14,
-                    help='evenly spaced resident LM layers (the paper plan of 10 GiB: 14)')
-    ap.add_argument('--model', default='full')
-    ap.add_argument('--device', default='cuda')
+def register(sub: Any) -> None:
+    """Add the `prefill-start` sub-command."""
+    p = add_subcommand(sub, 'prefill-start', "is the prefill's first LM layer copied in time?",
+                       __doc__)
+    add_out(p, runs=2)
+    p.add_argument('--lm-resident', type=int, default=14,
+                   help='evenly spaced resident LM layers (default %(default)s)')
+    p.add_argument('--model', default='full', help='preset or checkpoint (default %(default)s)')
+    p.add_argument('--device', default='cuda')
+    p.set_defaults(func=run)
 
 
-def main() -> None:
-    args = parse_args(__doc__, runs=2, more=_more)
-    if args.lm_resident < 0:
-        raise SystemExit(f'--lm-resident {args.lm_resident}: give 0 or more resident LM layers')
-    engine = paper_engine(fused_norms=not args.per_op_norms, model=args.model,
-                          device=args.device, mode='pipelined', pin_all_layers=True,
-                          instrument=True)
+def run(args: argparse.Namespace) -> int:
+    """Print copy and stall of the calls around the prefill's start; exit 2 on bad input."""
+    out = out_dir(args)
+    engine = paper_engine(model=args.model, device=args.device, mode='pipelined',
+                          pin_all_layers=True, instrument=True)
     n_lm = engine.info['layers']['lm']
-    if args.lm_resident > n_lm:
-        raise SystemExit(f'--lm-resident {args.lm_resident}: the model has {n_lm} LM layers')
+    if not 0 <= args.lm_resident <= n_lm:
+        print(f"--lm-resident {args.lm_resident}: give 0 to {n_lm} (the model's LM layers)",
+              file=sys.stderr)
+        return 2
     engine.replan(resident={'lm': interleaved_indices(args.lm_resident, n_lm)},
                   mode='pipelined', instrument=True)
     model_input = engine.example_input(presized=True)
@@ -55,13 +56,10 @@ def main() -> None:
                      'calls': [{'sequence': c.sequence, 'layer': c.layer, 'dma_ms': c.dma_ms,
                                 'stall_ms': c.stall_ms, 'exe_ms': c.exe_ms}
                                for c in vit + prefill]})
-    (args.out / 'prefill_start.json').write_text(json.dumps(
+    (out / 'prefill_start.json').write_text(json.dumps(
         {'model': args.model, 'lm_resident': args.lm_resident, 'runs': runs}, indent=1) + '\n')
-    for run in runs:
-        print(f"prefill {run['timings_ms']['prefill']:.1f} ms; "
+    for one in runs:
+        print(f"prefill {one['timings_ms']['prefill']:.1f} ms; "
               + '; '.join(f"{c['sequence']}[{c['layer']}] dma {c['dma_ms']:.2f} stall "
-                          f"{c['stall_ms']:.2f} exe {c['exe_ms']:.2f}" for c in run['calls']))
-
-
-if __name__ == '__main__':
-    main()
+                          f"{c['stall_ms']:.2f} exe {c['exe_ms']:.2f}" for c in one['calls']))
+    return 0

@@ -1,4 +1,4 @@
-"""Helpers of bench/bench_peers.py: the HF offloading peers wrapped around one shared model.
+"""Helpers of `bench.bench_peers`: the HF offloading peers wrapped around one shared model.
 
 `home` keeps the model's host copy and restores it exactly after each peer; `hf_peers` attaches
 and removes Accelerate and diffusers offloading; `measure` times one runtime row; `rows` holds

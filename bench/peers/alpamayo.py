@@ -20,11 +20,11 @@ import torch
 from alpamayo_offload.engine import Engine, EngineConfig, PhaseClock
 from alpamayo_offload.engine.identity import driver_version, kernel_settings
 from alpamayo_offload.model import SyntheticTextIds, prepare_inputs, run_inference
-from alpamayo_offload.planning.collect import model_identity
-from alpamayo_offload.planning.gpu_profile import add_host_terms, profile_engine
+from alpamayo_offload.planning.identity import model_identity
 from alpamayo_offload.planning.planner import PlannerOptions, plan, vram_needed
 from alpamayo_offload.planning.predictor import Pipeline, Placement, Workload, predict
 from alpamayo_offload.planning.profile import Profile, check_profile, load_profile, save_profile
+from alpamayo_offload.profiling.gpu_profile import add_host_terms, profile_engine
 
 from . import hf_peers
 from .home import HomeCopy, release_memory

@@ -18,7 +18,7 @@ from torch import nn
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
-from alpamayo_offload.planning.closed_forms import interleaved_indices
+from alpamayo_offload.planning.planner import interleaved_indices
 from alpamayo_offload.runtime import (
     BudgetError,
     LayerSequence,

@@ -3,8 +3,8 @@
 The first pass of every row runs with deterministic algorithms on and is compared with the
 preload reference (max absolute difference of the trajectory, or of the logits for the LLM);
 it doubles as the row's warm-up and is never timed. Timed runs use the default mode, or strict
-deterministic mode with `deterministic_timing` (strict mode cost 4-9 % on the H200 in
-bench/diag/default_mode_slowdown.py; run 2's opposite result did not reproduce).
+deterministic mode with `deterministic_timing` (strict mode costs time, a few per cent on the
+H200; docs/benchmarks.md).
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""CPU smoke test of bench/bench_peers.py: the orchestration on the tiny preset.
+"""CPU smoke test of `python -m bench.bench_peers`: the orchestration on the tiny preset.
 
 Runs our modes for real (the peers run too where accelerate/diffusers are importable, else their
 rows must say so), then checks the JSON-lines log, the report, bit-exactness of ours against
@@ -8,21 +8,17 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-BENCH = Path(__file__).resolve().parents[2] / 'bench'
-sys.path.insert(0, str(BENCH))
-
-import bench_peers  # noqa: E402
-from peers.home import HomeCopy  # noqa: E402
-from peers.llama import LlamaBench, LlamaSettings  # noqa: E402
-from peers.measure import Deadline  # noqa: E402
-from peers.rows import RowSpec, alpamayo_schedule, llama_schedule, speedups  # noqa: E402
-from peers.runner import Repeats  # noqa: E402
+from bench import bench_peers
+from bench.peers.home import HomeCopy
+from bench.peers.llama import LlamaBench, LlamaSettings
+from bench.peers.measure import Deadline
+from bench.peers.rows import RowSpec, alpamayo_schedule, llama_schedule, speedups
+from bench.peers.runner import Repeats
 
 TINY = ['--model', 'tiny', '--device', 'cpu', '--decode-tokens', '2', '--diffusion-steps', '2',
         '--image-hw', '64x96', '--runs', '1', '--peer-runs', '1', '--slow-runs', '1']

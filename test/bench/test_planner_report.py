@@ -1,4 +1,4 @@
-"""bench/bench_planner.py's report on this CPU, from a committed H200 run (run 9, A).
+"""`bench.bench_planner`'s report on this CPU, from a committed H200 run (run 9, A).
 
 The report has no GPU part, so its diagnostic columns are checked here: the CPU-speed column
 equals the plain device error when the CPU was as fast as at the profile, and moves a row whose
@@ -16,13 +16,11 @@ from typing import Any
 
 import pytest
 
+from alpamayo_offload.planning.predictor import Workload
+from alpamayo_offload.planning.profile import load_profile, save_profile
+from bench import bench_planner
+
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / 'bench'))
-
-import bench_planner  # noqa: E402
-
-from alpamayo_offload.planning.predictor import Workload  # noqa: E402
-from alpamayo_offload.planning.profile import load_profile, save_profile  # noqa: E402
 
 RUN = ROOT / 'docs' / 'results' / '2026-11-30-h200' / 'run9' / 'planner_a'
 
@@ -63,7 +61,7 @@ def test_cpu_speed_column_is_the_device_error_at_the_profiles_speed(tmp_path: Pa
 
 def test_report_writes_the_table_from_committed_rows(tmp_path: Path) -> None:
     out = _probed(tmp_path, {})
-    done = subprocess.run([sys.executable, str(ROOT / 'bench' / 'bench_planner.py'), '--report',
+    done = subprocess.run([sys.executable, '-m', 'bench.bench_planner', '--report',
                            '--out', str(out)], capture_output=True, text=True, timeout=300,
                           cwd=ROOT)
     assert done.returncode == 1, done.stderr       # run 9 A missed the 1 % target

@@ -3,15 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from alpamayo_offload.planning import closed_forms as cf
-from alpamayo_offload.planning.paper import (
-    EXPERT,
-    MEASURED_TOTAL0_S,
-    TABLE_VIII,
-    VIT,
-    VLM,
-    table3_profile,
-)
+from alpamayo_offload.planning.planner import interleaved_indices
 from alpamayo_offload.planning.predictor import Pipeline, Placement, Workload, predict
 from alpamayo_offload.planning.profile import (
     MachineInfo,
@@ -19,6 +11,15 @@ from alpamayo_offload.planning.profile import (
     Profile,
     SequenceProfile,
     VramProfile,
+)
+from testkit import closed_forms as cf
+from testkit.paper import (
+    EXPERT,
+    MEASURED_TOTAL0_S,
+    TABLE_VIII,
+    VIT,
+    VLM,
+    table3_profile,
 )
 
 MIB = 2**20
@@ -138,11 +139,11 @@ def test_eq_3_everything_resident_is_the_compute_sum() -> None:
 
 
 def test_eq_8_interleaved_indices() -> None:
-    assert cf.interleaved_indices(5, 36) == (0, 7, 14, 21, 28)
-    assert cf.interleaved_indices(1, 36) == (0,)
-    assert cf.interleaved_indices(40, 36) == tuple(range(35))
+    assert interleaved_indices(5, 36) == (0, 7, 14, 21, 28)
+    assert interleaved_indices(1, 36) == (0,)
+    assert interleaved_indices(40, 36) == tuple(range(35))
     for k in range(1, 36):
-        idx = cf.interleaved_indices(k, 36)
+        idx = interleaved_indices(k, 36)
         assert len(idx) == k and idx[0] == 0 and 35 not in idx
 
 
@@ -153,12 +154,12 @@ def test_table_viii_eq_9_from_one_profile_and_one_measurement() -> None:
     c0 = predict(raw, Placement.of(), work, COLD).total_ms
     profile = table3_profile(host_ms=MEASURED_TOTAL0_S * 1000 - c0)
     for k, (paper_pred, measured) in TABLE_VIII.items():
-        placement = Placement.of({'lm': cf.interleaved_indices(k, 36)})
+        placement = Placement.of({'lm': interleaved_indices(k, 36)})
         got = predict(profile, placement, work, COLD).total_s
         assert abs(got - measured) / measured < 0.013, (k, got, measured)
         assert abs(got - paper_pred) / paper_pred < 0.003, (k, got, paper_pred)
     # The slope per middle layer is N * C_DMA (228.9 ms); the paper's profile gave 229.5 ms.
-    t5 = predict(profile, Placement.of({'lm': cf.interleaved_indices(5, 36)}), work, COLD)
-    t10 = predict(profile, Placement.of({'lm': cf.interleaved_indices(10, 36)}), work, COLD)
+    t5 = predict(profile, Placement.of({'lm': interleaved_indices(5, 36)}), work, COLD)
+    t10 = predict(profile, Placement.of({'lm': interleaved_indices(10, 36)}), work, COLD)
     assert (t5.total_ms - t10.total_ms) / 5 == pytest.approx(N * 10.9)
     assert cf.linear_latency_ms(10482, 28, 229.5) == pytest.approx(4056.0)

@@ -8,9 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from alpamayo_offload.planning.collect import with_host_terms
 from alpamayo_offload.planning.errors import ProfileFormatError
-from alpamayo_offload.planning.gpu_profile import calibration_placement
 from alpamayo_offload.planning.predictor import Placement, Workload, predict
 from alpamayo_offload.planning.profile import (
     SCHEMA_VERSION,
@@ -21,6 +19,8 @@ from alpamayo_offload.planning.profile import (
     VramProfile,
     load_profile,
 )
+from alpamayo_offload.profiling.collect import with_host_terms
+from alpamayo_offload.profiling.gpu_profile import calibration_placement
 
 N = 4
 

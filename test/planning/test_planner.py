@@ -5,9 +5,7 @@ import re
 
 import pytest
 
-from alpamayo_offload.planning.closed_forms import consecutive_residency_limit
 from alpamayo_offload.planning.errors import BudgetError
-from alpamayo_offload.planning.paper import table3_profile
 from alpamayo_offload.planning.planner import (
     PlannerOptions,
     interleaved_plan,
@@ -17,6 +15,8 @@ from alpamayo_offload.planning.planner import (
 )
 from alpamayo_offload.planning.predictor import Pipeline, Placement, Workload
 from alpamayo_offload.planning.units import format_bytes
+from testkit.closed_forms import consecutive_residency_limit
+from testkit.paper import table3_profile
 
 GIB = 2**30
 PROFILE = table3_profile()

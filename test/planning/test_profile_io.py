@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from alpamayo_offload.planning.collect import build_profile, model_identity, with_fitted_tails
 from alpamayo_offload.planning.errors import ProfileFormatError, StaleProfileError
-from alpamayo_offload.planning.paper import table3_profile
+from alpamayo_offload.planning.identity import model_identity
 from alpamayo_offload.planning.predictor import Pipeline, Placement, Workload, predict
 from alpamayo_offload.planning.profile import (
     MachineInfo,
@@ -22,6 +21,8 @@ from alpamayo_offload.planning.profile import (
     load_profile,
     save_profile,
 )
+from alpamayo_offload.profiling.collect import build_profile, with_fitted_tails
+from testkit.paper import table3_profile
 
 
 def test_round_trip_and_hash(tmp_path: Path) -> None:

@@ -11,7 +11,6 @@ import pytest
 
 from alpamayo_offload.engine import EngineError
 from alpamayo_offload.planning import PlannerOptions, plan, save_profile
-from alpamayo_offload.planning.paper import table3_profile
 from alpamayo_offload.planning.params import profile_ref
 from alpamayo_offload.planning.planner import vram_needed
 from alpamayo_offload.planning.predictor import Placement
@@ -19,6 +18,7 @@ from alpamayo_offload.planning.profile import load_profile
 from alpamayo_offload.ros import params
 from alpamayo_offload.ros.engine_loader import _replan, load_engine
 from alpamayo_offload.ros.vram import ResolvedBudget
+from testkit.paper import table3_profile
 
 ALL_RESIDENT = {'resident_layers.vit': [0, 1, 2, 3], 'resident_layers.lm': [0, 1, 2],
                 'resident_layers.expert': [0, 1, 2]}
@@ -115,10 +115,10 @@ def test_a_byte_tight_plan_from_a_shorter_decode_profile_is_re_planned_to_fit(
     for them; the node allows 32 (its default), so its engine refuses that plan by the KV cache
     of 29 tokens. The node re-plans from the same profile for 32 tokens and that plan fits."""
     from alpamayo_offload.engine import Engine, EngineConfig
-    from alpamayo_offload.planning.collect import build_profile, with_footprints
-    from alpamayo_offload.planning.gpu_profile import engine_vram
     from alpamayo_offload.planning.predictor import Workload
     from alpamayo_offload.planning.profile import MachineInfo
+    from alpamayo_offload.profiling.collect import build_profile, with_footprints
+    from alpamayo_offload.profiling.gpu_profile import engine_vram
 
     profiled = Engine.from_config(EngineConfig(model='tiny', mode='sequential', device='cpu',
                                                max_decode_tokens=3))

@@ -34,7 +34,7 @@ def test_free_minus_margin_is_measured_at_start() -> None:
 
 
 def test_plan_over_the_start_budget_is_replanned_or_degraded(tmp_path: Path) -> None:
-    from alpamayo_offload.planning.gpu_profile import run_profile
+    from alpamayo_offload.profiling.gpu_profile import run_profile
 
     profile = run_profile(model='tiny', device='cuda', decode_tokens=4, diffusion_steps=2,
                           warmup=1, seed=0)

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import torch
 
-from alpamayo_offload.demo import ToyConfig, ToyModel, build_stack, run_stack
 from alpamayo_offload.runtime import OffloadRuntime
+from testkit.toy_model import ToyConfig, ToyModel, build_stack, run_stack
 
 os.environ.setdefault('CUBLAS_WORKSPACE_CONFIG', ':4096:8')
 

@@ -5,7 +5,6 @@ import pytest
 import torch
 from runtime_cases import SCENARIOS, build_model, run, same
 
-from alpamayo_offload.demo import ToyConfig, build_stack
 from alpamayo_offload.runtime import (
     HostStore,
     LayerError,
@@ -15,6 +14,7 @@ from alpamayo_offload.runtime import (
     ResidencyPlan,
     StateDictSource,
 )
+from testkit.toy_model import ToyConfig, build_stack
 
 pytestmark = pytest.mark.cuda
 

@@ -8,7 +8,6 @@ import torch
 from runtime_cases import SCENARIOS, build_model, run, same
 from torch import nn
 
-from alpamayo_offload.demo import ToyConfig, build_stack
 from alpamayo_offload.runtime import (
     BudgetError,
     LayerError,
@@ -22,6 +21,7 @@ from alpamayo_offload.runtime import (
     StateError,
 )
 from alpamayo_offload.runtime.offload import check_origin
+from testkit.toy_model import ToyConfig, build_stack
 
 MODES = [Mode.PRELOAD, Mode.SEQUENTIAL, Mode.PIPELINED]
 

@@ -14,12 +14,12 @@ from torch import nn
 
 from alpamayo_offload.engine import Engine, EngineConfig, EngineError
 from alpamayo_offload.planning import PlannerOptions, plan
-from alpamayo_offload.planning.collect import build_profile, with_footprints
 from alpamayo_offload.planning.errors import ProfileFormatError
-from alpamayo_offload.planning.gpu_profile import engine_vram
 from alpamayo_offload.planning.planner import vram_needed
 from alpamayo_offload.planning.predictor import Placement, Workload
 from alpamayo_offload.planning.profile import MachineInfo, Profile, VramProfile
+from alpamayo_offload.profiling.collect import build_profile, with_footprints
+from alpamayo_offload.profiling.gpu_profile import engine_vram
 from alpamayo_offload.runtime import LayerSequence, OffloadRuntime, ResidencyPlan, layer_footprint
 
 DECODE, STEPS = 3, 2

@@ -76,16 +76,6 @@ def consecutive_residency_limit(dma_ms: float, exe_ms: float) -> int:
     return int(dma_ms // exe_ms) if exe_ms > 0 else 10**9
 
 
-def interleaved_indices(k: int, n_layers: int) -> tuple[int, ...]:
-    """Eq. 8: k resident layers evenly spaced over 0..L-2 (first included, last excluded)."""
-    span = n_layers - 1
-    if k <= 0:
-        return ()
-    if k >= span:
-        return tuple(range(span))
-    return tuple(sorted({(i * span) // k for i in range(k)}))
-
-
 def linear_latency_ms(total0_ms: float, k: int, slope_ms_per_layer: float) -> float:
     """Eq. 9: C(k) = C(0) - k * B * M, with B * M the per-layer saving."""
     return total0_ms - k * slope_ms_per_layer

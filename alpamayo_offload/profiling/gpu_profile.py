@@ -17,16 +17,16 @@ import time
 from collections import defaultdict
 from typing import Any
 
-from alpamayo_offload.planning.collect import (
+from alpamayo_offload.planning.errors import PlanningError
+from alpamayo_offload.planning.identity import model_identity
+from alpamayo_offload.planning.predictor import Placement
+from alpamayo_offload.planning.profile import MachineInfo, Profile, VramProfile
+from alpamayo_offload.profiling.collect import (
     build_profile,
-    model_identity,
     with_fitted_tails,
     with_footprints,
     with_host_terms,
 )
-from alpamayo_offload.planning.errors import PlanningError
-from alpamayo_offload.planning.predictor import Placement
-from alpamayo_offload.planning.profile import MachineInfo, Profile, VramProfile
 
 LOG = logging.getLogger(__name__)
 _PHASES = ('vision', 'prefill', 'decode', 'diffusion')
@@ -56,9 +56,8 @@ def host_issue_us(torch: Any, ops: int = 2000, repeats: int = 3) -> float:
     """Host time to issue one tiny CUDA kernel, in µs (median over `repeats` runs of `ops`).
 
     What a host-bound pass pays per kernel, without the model: the CPU's speed of the moment,
-    probed around the host-timed calls and around every bench row, since on the H200 VMs that
-    speed moves within minutes (docs/benchmarks.md section 3, run 9: a decode layer call took
-    1.15 ms of host time in one profile, 0.75 ms in the next on the same VM).
+    probed around the host-timed calls and around every bench row, since on a shared VM that
+    speed moves within minutes (a decode layer call's host time by up to half).
     """
     x = torch.zeros(1, device='cuda')
     times = []
@@ -183,38 +182,29 @@ def engine_vram(engine: Any, context_bytes: int = 0) -> VramProfile:
                        - engine.working_set_bytes(tokens))
 
 
-def host_issue_calls(engine: Any, model_input: Any, sync_every: int = 1, runs: int = 1
-                     ) -> list[dict[str, Any]]:
+def host_issue_calls(engine: Any, model_input: Any, runs: int = 1) -> list[dict[str, Any]]:
     """Time the host around every layer call of `runs` inferences (`collect.with_host_terms`).
 
     Each record says whether its layer was `resident` in the engine's current plan. Where the
-    engine streams a layer, the device lags the host by the copies. With
-    `sync_every=1` (the default) the device is synchronised before each forward and after it
-    (waits subtracted), so each call's host time is taken with nothing queued. With
-    `sync_every=N` the host issues calls without waiting, synchronised only (outside the timed
-    spans) after every N-th call (rotating by one layer per pass), after the last layer of each
-    pass and where vision starts. H200, 2026-11-30 (docs/benchmarks.md section 3): host time
-    per decode pass (layer calls + lead) 60.1 ms unsynced (N = 8) against 44.6 ms synced, where
-    a plan with 31 of 36 LM layers resident ran its passes in 36.3 ms on the same VM (all-resident
-    preloads on other VMs: 38.7-48.8 ms); the unsynced terms made the planner pick a plan slower
-    than the paper's at 16 GiB. Both over-state a resident layer's call, which is why
-    `add_host_terms` also times the calls with layers resident. The gap before a pass holds its
-    host work and only short waits.
+    engine streams a layer, the device lags the host by the copies, so the device is
+    synchronised before each forward and after it (waits subtracted): each call's host time is
+    taken with nothing queued. Timed without those waits, a call's host time also holds the
+    queue's back-pressure and over-states what a near-resident pass costs the host. A streamed
+    call still over-states a resident layer's call, which is why `add_host_terms` also times the
+    calls with layers resident. The gap before a pass holds its host work and only short waits.
 
     A prepended pre-hook starts a call's clock; the time until the hook after the runtime's
     pre-hook, plus the runtime's post-hook (after a prepended post-hook marks the forward's end),
     is the streaming part (`stream_ms`), which a resident layer does not spend. The first call of
     each language-model and expert pass also records `prologue_ms`, the host time from the start
-    of the model's forward to it (what follows a host-side embedding gather, schema 6). Each
-    record names its `run`; the terms are medians over the passes of all runs, so one run on a
-    slow CPU moment does not set them (H200 run 12: the kernel-issue probe read 10.4 us before
-    a single timed run and 7.1 after it, and that profile's host terms came out 30-50 % above
-    the previous one's).
+    of the model's forward to it (what follows a host-side embedding gather). Each record names
+    its `run`; the terms are medians over the passes of all runs, so one run on a slow CPU
+    moment does not set them (the CPU's speed on a shared VM moves by a third within minutes).
     """
     import torch
 
-    if sync_every < 1 or runs < 1:
-        raise PlanningError(f'sync_every = {sync_every} and runs = {runs} must be >= 1')
+    if runs < 1:
+        raise PlanningError(f'runs = {runs} must be >= 1')
     records: list[dict[str, Any]] = []
     resident = {seq: set(idx) for seq, idx in engine.info['resident_layers'].items()}
     state: dict[str, Any] = {'last': None, 'open': None, 'model_start': None, 'run': 0}
@@ -236,13 +226,12 @@ def host_issue_calls(engine: Any, model_input: Any, sync_every: int = 1, runs: i
     def settle(module: Any, args: Any) -> None:
         call = state['open']
         call['stream'] += time.perf_counter() - call['start']   # the runtime's pre-hook
-        if sync_every == 1:
-            call['waited'] += wait()
+        call['waited'] += wait()
 
     def forward_done(module: Any, args: Any, output: Any) -> None:
         state['open']['forward_end'] = time.perf_counter()
 
-    def end(seq: str, idx: int, last: bool) -> Any:
+    def end(seq: str, idx: int) -> Any:
         def hook(module: Any, args: Any, output: Any) -> None:
             now = time.perf_counter()
             call = state['open']
@@ -253,10 +242,8 @@ def host_issue_calls(engine: Any, model_input: Any, sync_every: int = 1, runs: i
                             'stream_ms': 1000 * stream, 'gap_ms': call['gap'],
                             'prologue_ms': call['prologue'],
                             'resident': idx in resident.get(seq, ())})
-            rep = reps[(seq, idx)]
             reps[(seq, idx)] += 1
-            if last or (idx + rep) % sync_every == sync_every - 1:
-                wait()
+            wait()
             state['last'] = time.perf_counter()
         return hook
 
@@ -275,7 +262,7 @@ def host_issue_calls(engine: Any, model_input: Any, sync_every: int = 1, runs: i
             handles += [layer.register_forward_pre_hook(begin, prepend=True),
                         layer.register_forward_pre_hook(settle),
                         layer.register_forward_hook(forward_done, prepend=True),
-                        layer.register_forward_hook(end(seq, idx, idx == len(layers) - 1))]
+                        layer.register_forward_hook(end(seq, idx))]
     try:
         for run in range(runs):
             state.update(last=None, open=None, model_start=None, run=run)
@@ -333,8 +320,7 @@ def calibration_placement(profile: Profile, spare_bytes: int) -> Placement | Non
         stride *= 2
 
 
-def add_host_terms(engine: Any, model_input: Any, profile: Profile, runs: int,
-                   sync_every: int = 1) -> Profile:
+def add_host_terms(engine: Any, model_input: Any, profile: Profile, runs: int) -> Profile:
     """Return `profile` with steady host terms, fitted non-layer times and a settled link rate.
 
     Measured on `engine` re-attached pipelined (no VRAM cap): the streaming hooks' time with
@@ -343,23 +329,21 @@ def add_host_terms(engine: Any, model_input: Any, profile: Profile, runs: int,
     non-layer times are fitted (`collect.with_fitted_tails`), and each layer call's own time
     (`collect.with_host_terms` says why), replayed as CUDA graphs when the engine graphs its
     resident layers and then once more eagerly, as streamed calls run; then the
-    pre/postprocessing, nothing resident again.
-    Timed first, in the minutes after the instrumented run, that term came out 30-60 % above
-    the rows' of all seven commands of H200 runs 6-8; timed last, as `bench/diag/pre_post.py`
-    did, it came out 46 ms, within the rows' medians of 44-58 ms (docs/benchmarks.md section 3).
-    The pinned copy rate is probed again after the resident runs and at the end, and the
-    highest of the three probes kept: single probes dip by up to 1.4 % for a while (run 9: the
-    profile's 54.87 GB/s against the rows' 55.3-55.5, every copy-bound phase predicted 1 %
-    slow). The CPU's kernel-issue speed is probed before and after the resident layers' host
-    calls (`host_issue_us`), so a later run can tell how fast the CPU was then. The engine is left
-    pipelined with nothing resident (a second `host_issue_calls` may follow).
+    pre/postprocessing, nothing resident again: timed last, after the process has settled, it
+    matches what later inferences measure (timed first, right after the instrumented run, it
+    came out 30-60 % high). The pinned copy rate is probed again after the resident runs and at
+    the end, and the highest of the three probes kept: single probes dip by up to 1.4 % for a
+    while, which would predict every copy-bound phase that much slow. The CPU's kernel-issue
+    speed is probed before and after the resident layers' host calls (`host_issue_us`), so a
+    later run can tell how fast the CPU was then. The engine is left pipelined with nothing
+    resident (a second `host_issue_calls` may follow).
     """
     import torch
 
     torch.cuda.set_per_process_memory_fraction(1.0)
     engine.replan(resident={}, mode='pipelined', budget_bytes=None, embed_on_host=False)
     engine.infer(model_input)                                  # warm-up of this attach
-    streamed = host_issue_calls(engine, model_input, sync_every, _HOST_TIMED_RUNS)
+    streamed = host_issue_calls(engine, model_input, _HOST_TIMED_RUNS)
     # Free now, plus the allocator's cached blocks, less what the next inference needs of them.
     free, _total = torch.cuda.mem_get_info()
     spare = (free + torch.cuda.memory_reserved() - torch.cuda.memory_allocated()
@@ -381,14 +365,14 @@ def add_host_terms(engine: Any, model_input: Any, profile: Profile, runs: int,
                                  for _ in range(max(1, runs))], profile.measured_passes('decode'))
         probes.append(pinned_h2d_gbps(torch))
         issue = [host_issue_us(torch)]
-        resident_calls = host_issue_calls(engine, model_input, sync_every, _HOST_TIMED_RUNS)
+        resident_calls = host_issue_calls(engine, model_input, _HOST_TIMED_RUNS)
         issue.append(host_issue_us(torch))
         if engine.config.layer_graphs:     # streamed calls run eagerly: time that too
             engine.replan(resident={s: placement.indices(s) for s in placement.resident},
                           mode='pipelined', budget_bytes=None, embed_on_host=False,
                           layer_graphs=False)
             engine.infer(model_input)                          # warm-up of this attach
-            eager_calls = host_issue_calls(engine, model_input, sync_every, _HOST_TIMED_RUNS)
+            eager_calls = host_issue_calls(engine, model_input, _HOST_TIMED_RUNS)
         engine.replan(resident={}, mode='pipelined', budget_bytes=None, embed_on_host=False)
         engine.infer(model_input)                              # warm-up of this attach
         profile = dataclasses.replace(profile, settings={

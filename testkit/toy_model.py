@@ -1,27 +1,20 @@
-"""Interim demo: run a small built-in layer stack through the offload runtime in every mode.
+"""A toy Qwen3-style decoder block and stacks of it, for the runtime's tests and benchmark.
 
-``python -m alpamayo_offload.demo`` prints a timing table and checks that every mode's outputs are
-bit-identical to the preload run (exit status 1 if not). It also hosts the toy Qwen3-style block
-that the runtime tests and the runtime benchmark use.
+Small enough to run on the CPU in milliseconds, built like the real language-model layers
+(projections in bf16, norms and rotary in fp32, grouped-query attention), so streaming them
+exercises the runtime as the model does without loading the model.
 """
 from __future__ import annotations
 
-import argparse
-import logging
 import math
-import os
-import sys
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
-from alpamayo_offload.runtime import LayerSequence, Mode, OffloadRuntime, ResidencyPlan
-
-logger = logging.getLogger(__name__)
+from alpamayo_offload.runtime import LayerSequence
 
 
 @dataclass(frozen=True)
@@ -153,93 +146,3 @@ class ToyModel:
         """Return the stacks as runtime layer sequences."""
         return [LayerSequence('vit', self.vit, 'vit.'), LayerSequence('lm', self.lm, 'lm.'),
                 LayerSequence('expert', self.expert, 'expert.')]
-
-
-def build_toy_model(seed: int = 0, device: torch.device | str = 'cpu') -> ToyModel:
-    """Build the demo's three stacks (layers of different sizes; slots fit the largest)."""
-    small = ToyConfig(hidden=64, intermediate=192, n_heads=4, n_kv_heads=2, head_dim=16)
-    large = ToyConfig(hidden=96, intermediate=256, n_heads=6, n_kv_heads=2, head_dim=16)
-    return ToyModel(build_stack(small, 4, seed, device), build_stack(large, 6, seed + 1, device),
-                    build_stack(small, 5, seed + 2, device))
-
-
-def infer(model: ToyModel, rt: OffloadRuntime | None, x_vit: torch.Tensor, x_lm: torch.Tensor,
-          decode_steps: int, diffusion_steps: int) -> list[torch.Tensor]:
-    """One 'inference': vision once, prefill, decode tokens, diffusion steps, with hints."""
-    hint: Callable[[str], None] = rt.hint_next if rt is not None else (lambda _name: None)
-    outs = []
-    hint('lm')
-    outs.append(run_stack(model.vit, x_vit))
-    y = run_stack(model.lm, x_lm)
-    outs.append(y)
-    token = y[:, -1:, :]
-    for step in range(decode_steps):
-        if step == decode_steps - 1:
-            hint('expert')
-        token = run_stack(model.lm, token)
-        outs.append(token)
-    z = outs[0][:, :8, :]
-    for step in range(diffusion_steps):
-        if step == diffusion_steps - 1:
-            hint('vit')
-        z = run_stack(model.expert, z)
-        outs.append(z)
-    return outs
-
-
-DEMO_PLANS: dict[str, dict[str, tuple[int, ...]]] = {
-    'none': {},
-    'lm-first+last': {'lm': (0, 5)},
-    'alternate': {'vit': (1, 3), 'lm': (0, 2, 4), 'expert': (0, 2, 4)},
-}
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run every mode and plan, print the timing table, check bit-exactness."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
-    parser.add_argument('--repeats', type=int, default=3)
-    args = parser.parse_args(argv)
-    os.environ.setdefault('CUBLAS_WORKSPACE_CONFIG', ':4096:8')
-    torch.use_deterministic_algorithms(True)
-    device = torch.device(args.device)
-    model = build_toy_model(seed=0)
-    gen = torch.Generator().manual_seed(1)
-    x_vit = torch.randn(1, 32, 64, generator=gen).to(device, torch.bfloat16)
-    x_lm = torch.randn(1, 24, 96, generator=gen).to(device, torch.bfloat16)
-    rows: list[tuple[str, str, float, bool]] = []
-    reference: list[torch.Tensor] | None = None
-    all_exact = True
-    cases = [(Mode.PRELOAD, 'all')] + [(m, p) for m in (Mode.SEQUENTIAL, Mode.PIPELINED)
-                                       for p in DEMO_PLANS]
-    for mode, plan_name in cases:
-        plan = ResidencyPlan(DEMO_PLANS.get(plan_name, {}))
-        rt = OffloadRuntime(model.sequences(), plan, mode=mode, device=device)
-        rt.attach()
-        times = []
-        with torch.inference_mode():
-            infer(model, rt, x_vit, x_lm, decode_steps=4, diffusion_steps=5)  # warm-up
-            for _ in range(args.repeats):
-                start = time.perf_counter()
-                outs = infer(model, rt, x_vit, x_lm, decode_steps=4, diffusion_steps=5)
-                if device.type == 'cuda':
-                    torch.cuda.synchronize(device)
-                times.append(time.perf_counter() - start)
-        rt.detach()
-        if reference is None:
-            reference = [o.cpu() for o in outs]
-        exact = len(outs) == len(reference) and all(
-            torch.equal(o.cpu(), r) for o, r in zip(outs, reference, strict=True))
-        all_exact &= exact
-        rows.append((mode.value, plan_name, 1e3 * sorted(times)[len(times) // 2], exact))
-    print(f'offload runtime demo on {device} (median of {args.repeats} inferences after a '
-          'warm-up; 1 vision pass, prefill, 4 decode tokens, 5 diffusion steps each)')
-    print(f'{"mode":<11} {"resident":<15} {"ms/inference":>12}  bit-exact')
-    for mode_name, plan_name, ms, exact in rows:
-        print(f'{mode_name:<11} {plan_name:<15} {ms:>12.1f}  {"yes" if exact else "NO"}')
-    print('all modes bit-exact vs preload' if all_exact else 'MISMATCH against preload')
-    return 0 if all_exact else 1
-
-
-if __name__ == '__main__':
-    sys.exit(main())

@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from alpamayo_offload.planning.gpu_profile import _phase_walls_ms
+from alpamayo_offload.profiling.gpu_profile import _phase_walls_ms
 
 
 @dataclass

@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from alpamayo_offload.planning.collect import model_identity
 from alpamayo_offload.planning.errors import PlanningError
+from alpamayo_offload.planning.identity import model_identity
 from alpamayo_offload.planning.params import (
     PlanParams,
     profile_ref,
@@ -35,8 +35,8 @@ from alpamayo_offload.planning.profile import Profile, check_profile, load_profi
 from alpamayo_offload.planning.units import format_bytes, is_free_relative, parse_budget
 
 LOG = logging.getLogger(__name__)
-# The node's default decode.max_tokens (ros/node_config.py; planning may not import ros, a test
-# keeps the two equal).
+# The node's default decode.max_tokens: profiling sits below the node's parameter schema and may
+# not import it, so a test keeps the two equal.
 NODE_MAX_DECODE_TOKENS = 32
 
 
@@ -252,7 +252,7 @@ def _sweep(profile: Profile, options: PlannerOptions, step: int, top: int | None
 
 
 def _cmd_profile(args: argparse.Namespace) -> int:
-    from alpamayo_offload.planning import gpu_profile
+    from alpamayo_offload.profiling import gpu_profile
 
     try:
         profile = gpu_profile.run_profile(

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from alpamayo_offload.planning import commands
-from alpamayo_offload.planning.paper import table3_profile
 from alpamayo_offload.planning.params import read_plan_params
 from alpamayo_offload.planning.profile import save_profile
+from alpamayo_offload.profiling import commands
+from testkit.paper import table3_profile
 
 
 def _run(argv: list[str]) -> int:

@@ -13,9 +13,9 @@ def test_profile_times_layer_issue_and_streaming_hooks_apart() -> None:
     from alpamayo_offload.engine import Engine, EngineConfig
     from alpamayo_offload.engine.identity import kernel_settings
     from alpamayo_offload.planning import PlannerOptions, plan
-    from alpamayo_offload.planning.gpu_profile import run_profile
     from alpamayo_offload.planning.planner import minimum_budget
     from alpamayo_offload.planning.predictor import Workload
+    from alpamayo_offload.profiling.gpu_profile import run_profile
 
     profile = run_profile(model='tiny', device='cuda', decode_tokens=4, diffusion_steps=2,
                           warmup=1, seed=0)

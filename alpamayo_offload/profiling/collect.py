@@ -6,19 +6,17 @@ sequence repetitions to phases is Alpamayo's: the ViT runs once (vision), the la
 once for prefill and then once per decode pass, the expert once per diffusion step.
 
 `with_host_terms` adds what a second, host-timed run measured: the CPU time to issue each layer
-call and the CPU time of each pass outside its layers (schema 2). `with_footprints` adds each
-layer's device bytes as the runtime's budget check counts them (schema 4). `with_fitted_tails`
+call and the CPU time of each pass outside its layers. `with_footprints` adds each layer's
+device bytes as the runtime's budget check counts them. `with_fitted_tails`
 fits the phases' non-layer time to a pipelined run with layers resident.
 """
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import logging
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from alpamayo_offload.planning.errors import ProfileFormatError
@@ -46,22 +44,6 @@ PHASES_OF_SEQUENCE: Mapping[str, tuple[tuple[str, str, int | None], ...]] = {
 HOST_WAITS = frozenset({'prefill'})
 # A call whose compute exceeds this many times its layer's median over passes is reported.
 _OUTLIER_FACTOR = 5.0
-
-
-def model_identity(model: str) -> str:
-    """Identify a preset by name and a checkpoint by the hash of its config and weight index.
-
-    Hashing the small JSON files (not the weights) makes the check cheap and still tells two
-    checkpoints apart.
-    """
-    path = Path(model)
-    if not path.is_dir():
-        return f'preset:{model}'
-    digest = hashlib.sha256()
-    for name in ('config.json', 'model.safetensors.index.json'):
-        if (path / name).is_file():
-            digest.update((path / name).read_bytes())
-    return f'checkpoint:{path.name}:{digest.hexdigest()[:16]}'
 
 
 def _field(record: Any, name: str) -> Any:
@@ -189,8 +171,8 @@ def with_host_terms(profile: Profile, host_calls: Iterable[Any], *,
 
     `resident_calls`, from a run with some layers resident (records with `resident` true),
     replace the issue times: a call of a resident layer costs the host less than the same call
-    streamed, beyond the hooks (H200, 2026-11-30: 46.6 against 62.4 ms a decode pass; see
-    docs/benchmarks.md section 3, run 5), and the issue time only binds near-resident plans.
+    streamed, beyond the hooks (about a quarter less a decode pass on the H200), and the issue
+    time only binds near-resident plans.
 
     `eager_calls`, from the same plan with its resident layers run eagerly, where
     `resident_calls` replayed them as CUDA graphs: they give the issue times of streamed calls
@@ -254,9 +236,9 @@ def with_fitted_tails(profile: Profile, placement: Placement, phase_ms: Mapping[
     """Return `profile` with each phase's non-layer time fitted to a pipelined run of `placement`.
 
     The sequential run's non-layer time is its wall less its layers' copy and compute, so it
-    also holds host time that a pipelined run overlaps with the GPU: on the H200 (run 9,
-    docs/benchmarks.md section 3) the vision phase's 21.9 ms predicted it at 76 ms where the
-    rows measured 61.5-80.7 ms, median 65.5. Fitted, it is what the predictor's replay of
+    also holds host time that a pipelined run overlaps with the GPU, and taken as is it
+    over-predicts pipelined phases (vision by about 15 % on the H200). Fitted, it is what the
+    predictor's replay of
     `placement` (measured phase walls `phase_ms`, the profile's own pass counts) leaves
     unexplained. A phase the host bounds in that run (`cpu_sensitive`) keeps the sequential
     figure: its wall follows the CPU, not the non-layer GPU work. Each round moves every fitted

@@ -1,0 +1,1 @@
+"""GPU benchmarks and diagnostics; run each from the repository root as `python -m bench.NAME`."""

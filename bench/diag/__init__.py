@@ -1,0 +1,13 @@
+"""Diagnostics that answer one question each on a GPU: `python -m bench.diag SUBCOMMAND --out DIR`.
+
+- `bitexact`: are the offload modes bit-exact with preload on the full-size model, in strict
+  deterministic mode, with and without a VRAM cap?
+- `graphs`: what do CUDA graphs on resident layers gain per phase, what VRAM do they take
+  (against `estimate_graph_bytes`, by allocator pool), and do they change any bit?
+- `prefill-start`: is the prefill's first streamed LM layer already in its slot when the prefill
+  starts (its copy hidden behind the end of vision)?
+- `replan`: what does re-planning a loaded model cost, in time and host memory, with and
+  without the pinned host store (`pin_all_layers`)?
+
+Each writes a JSON file under `--out` and prints a table. Run from the repository root.
+"""
