@@ -198,6 +198,10 @@ def test_transformers_457_vlm_layout_is_read(official_dir: Path) -> None:
     cfg = AlpamayoConfig.from_dir(official_dir)
     assert dataclasses.replace(cfg, vlm_name_or_path='tiny') == tiny_config()
     assert cfg.action.diffusion_steps == 10   # the release omits it: the official default
+    written, release = cfg.to_release_dict(), json.loads((official_dir / 'config.json').read_text())
+    del release['transformers_version']   # metadata, ignored by list
+    release['diffusion_cfg']['num_inference_steps'] = 10   # the writer names the default
+    assert written == release
 
 
 # ---- diffusion_cfg.num_inference_steps ------------------------------------------------------
