@@ -46,7 +46,7 @@ class DecodeOptions:
 
     `max_decode_tokens`: most new tokens (the official `max_generation_length`, 256).
     `fixed_decode_tokens=N`: exactly N decode passes after prefill (N + 1 new tokens) whatever
-    is emitted -- random weights never emit the stop token; benchmarks use N = 21.
+    is emitted -- random weights never emit the stop token (the offloading paper decodes 21).
     `sample=False` is greedy; `sample=True` uses the release's temperature 0.6 / top-p 0.98.
     `diffusion_steps` None runs the model's own Euler steps (its checkpoint's
     `diffusion_cfg.num_inference_steps`, `steps_for`); a number overrides them.
