@@ -46,6 +46,8 @@ class EngineConfig:
     `model` is a preset (`tiny`, `full`, `layers=N[,vit=M]`) or a checkpoint directory.
     `dtype` None means bf16 on CUDA and float32 on CPU for presets, as stored for checkpoints.
     `working_set_bytes` None estimates activations + KV cache from the model shape.
+    `diffusion_steps` None runs the model's own flow-matching steps (a checkpoint's
+    `diffusion_cfg.num_inference_steps`; 10 for the presets); a number overrides them.
     `deterministic` turns on torch's deterministic algorithms process-wide (bit-exact checks).
     `fused_norms` runs Qwen3-VL's RMSNorms as one `F.rms_norm` op (model/norms.py: fewer kernels
     for the host to issue, one bfloat16 step off HF's op-by-op norm in some outputs on CUDA).
@@ -67,7 +69,7 @@ class EngineConfig:
     vlm_config: str | None = None
     max_decode_tokens: int = 32
     fixed_decode_tokens: int | None = None
-    diffusion_steps: int = 10
+    diffusion_steps: int | None = None
     sample: bool = False
     num_samples: int = 1
     seed: int = 0
@@ -83,6 +85,9 @@ class EngineConfig:
         if self.mode not in {m.value for m in Mode}:
             raise ValueError(f"EngineConfig.mode = {self.mode!r}: must be one of "
                              f"{[m.value for m in Mode]}")
+        if self.diffusion_steps is not None and self.diffusion_steps < 1:
+            raise ValueError(f'EngineConfig.diffusion_steps = {self.diffusion_steps}: must be '
+                             ">= 1, or None for the model's own")
         if self.budget_bytes is not None and self.budget_bytes <= 0:
             raise ValueError(f'EngineConfig.budget_bytes = {self.budget_bytes}: '
                              'must be > 0 or None')
@@ -121,3 +126,4 @@ class EngineResult:
     decode_tokens: int
     timings: dict[str, float]          # seconds per stage (STAGES)
     streaming: dict[str, float]        # dma_ms, stall_ms, bytes_streamed
+    diffusion_steps: int               # flow-matching steps run

@@ -262,7 +262,7 @@ class Engine:
             coc_token_ids=list(result.coc_token_ids[0]),
             coc_text=result.coc_text[0] if result.coc_text else None,
             decode_tokens=result.decode_steps, timings=timings,
-            streaming=self._streaming(bridge.passes))
+            streaming=self._streaming(bridge.passes), diffusion_steps=result.diffusion_steps)
 
     def _streaming(self, passes: Mapping[str, int]) -> dict[str, float]:
         """Bytes streamed this inference (exact, from the plan) and DMA/stall time if measured."""
@@ -353,6 +353,8 @@ class Engine:
             'working_set_bytes': self._plan['working_set_bytes'],
             'hidden_size': cfg.text.hidden_size,
             'prompt_tokens': estimate_prompt_tokens(cfg),
+            # flow-matching steps each inference runs: the override, else the model's own
+            'diffusion_steps': self.config.decode_options().steps_for(self.model),
             'pinned_bytes': rt.pinned_bytes if rt is not None else 0,
             # (layer, input shape) pairs replayed as CUDA graphs so far
             'layer_graphs': self._graphs.captured if self._graphs is not None else 0,

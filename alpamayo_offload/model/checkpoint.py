@@ -24,7 +24,7 @@ from torch import nn
 
 from .alpamayo import AlpamayoR1, build_meta
 from .config import AlpamayoConfig
-from .errors import CheckpointError, ConfigError
+from .errors import CheckpointError, ConfigError, UnsupportedConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -247,6 +247,8 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu",
     path = Path(path)
     try:
         cfg = AlpamayoConfig.from_dir(path, vlm_config)
+    except UnsupportedConfigError:
+        raise   # already a CheckpointError, naming the field
     except ConfigError as err:
         raise CheckpointError(f"{path}: {err}") from err
     source = CheckpointTensorSource(path)

@@ -3,6 +3,7 @@
 One `AlpamayoConfig` describes the whole model; `to_qwen3vl_config()` and `expert_text_config()`
 turn it into the transformers configs the modules are built from. Values marked [inferred] in the
 architecture spec are fields here (never constants in code), so a real checkpoint can override them.
+Reading and writing the release files, field by field, is `release_config.py`'s job.
 """
 from __future__ import annotations
 
@@ -13,12 +14,20 @@ from pathlib import Path
 from typing import Any
 
 from transformers import Qwen3VLConfig, Qwen3VLTextConfig
+from transformers.activations import ACT2FN
 
 from .errors import ConfigError
 
 MODEL_TYPE = "alpamayo_r1"
 # Names whose VLM is the Qwen3-VL-8B shape; a checkpoint naming one needs no vlm_config.json.
 QWEN3VL_8B_NAMES = ("Qwen/Qwen3-VL-8B-Instruct", "nvidia/Cosmos-Reason2-8B")
+
+
+def _activation(obj: object, name: str) -> None:
+    value = getattr(obj, name)
+    if value is not None and value not in ACT2FN:
+        raise ConfigError(f"{type(obj).__name__}.{name} = {value!r}: not one of transformers' "
+                          f"activations {sorted(ACT2FN)}")
 
 
 def _positive(obj: object, *names: str) -> None:
@@ -43,10 +52,13 @@ class TextConfig:
     mrope_section: tuple[int, int, int] = (24, 20, 20)
     max_position_embeddings: int = 262144
     vocab_size: int = 155697
+    hidden_act: str = "silu"
+    attention_bias: bool = False
 
     def __post_init__(self) -> None:
         _positive(self, "hidden_size", "intermediate_size", "num_layers", "num_heads",
                   "num_kv_heads", "head_dim", "vocab_size")
+        _activation(self, "hidden_act")
         if self.num_heads % self.num_kv_heads:
             raise ConfigError(f"TextConfig.num_heads = {self.num_heads} must be a multiple of "
                               f"num_kv_heads = {self.num_kv_heads}")
@@ -69,11 +81,13 @@ class VisionConfig:
     patch_size: int = 16
     temporal_patch_size: int = 2
     spatial_merge_size: int = 2
+    hidden_act: str = "gelu_pytorch_tanh"
 
     def __post_init__(self) -> None:
         _positive(self, "depth", "hidden_size", "intermediate_size", "num_heads",
                   "out_hidden_size", "num_position_embeddings", "patch_size",
                   "temporal_patch_size", "spatial_merge_size")
+        _activation(self, "hidden_act")
         side = round(self.num_position_embeddings ** 0.5)
         if side * side != self.num_position_embeddings:
             raise ConfigError(f"VisionConfig.num_position_embeddings = "
@@ -85,15 +99,23 @@ class VisionConfig:
 
 @dataclass(frozen=True)
 class ExpertConfig:
-    """Free fields of the expert; layers, KV heads and RoPE come from the text model."""
+    """Free fields of the expert; layers, KV heads and RoPE come from the text model.
+
+    `hidden_act`, `attention_bias` and `rms_norm_eps` set to None are the text model's, as the
+    official code inherits every field `expert_cfg` does not set.
+    """
 
     hidden_size: int = 2048
     intermediate_size: int = 8256
     num_heads: int = 16
     head_dim: int = 128
+    hidden_act: str | None = None
+    attention_bias: bool | None = None
+    rms_norm_eps: float | None = None
 
     def __post_init__(self) -> None:
         _positive(self, "hidden_size", "intermediate_size", "num_heads", "head_dim")
+        _activation(self, "hidden_act")
 
 
 @dataclass(frozen=True)
@@ -120,7 +142,7 @@ class ActionConfig:
     a_ridge: float = 1e-4
     kappa_lambda: float = 1e-4
     kappa_ridge: float = 1e-4
-    diffusion_steps: int = 10
+    diffusion_steps: int = 10  # the model's own Euler steps (diffusion_cfg.num_inference_steps)
 
     def __post_init__(self) -> None:
         _positive(self, "in_proj_hidden_size", "in_proj_num_layers", "num_fourier_feats",
@@ -214,9 +236,12 @@ class AlpamayoConfig:
     def expert_text_config(self) -> Qwen3VLTextConfig:
         """Return the expert config: the VLM text config with `expert_cfg` overrides."""
         d = self._text_dict()
-        d.update(hidden_size=self.expert.hidden_size,
-                 intermediate_size=self.expert.intermediate_size,
-                 num_attention_heads=self.expert.num_heads, head_dim=self.expert.head_dim)
+        e = self.expert
+        d.update(hidden_size=e.hidden_size, intermediate_size=e.intermediate_size,
+                 num_attention_heads=e.num_heads, head_dim=e.head_dim)
+        for key in ("hidden_act", "attention_bias", "rms_norm_eps"):
+            if getattr(e, key) is not None:
+                d[key] = getattr(e, key)
         cfg = Qwen3VLTextConfig(**d)
         cfg._attn_implementation = "sdpa"
         return cfg
@@ -226,8 +251,8 @@ class AlpamayoConfig:
         return dict(
             hidden_size=t.hidden_size, intermediate_size=t.intermediate_size,
             num_hidden_layers=t.num_layers, num_attention_heads=t.num_heads,
-            num_key_value_heads=t.num_kv_heads, head_dim=t.head_dim, hidden_act="silu",
-            rms_norm_eps=t.rms_norm_eps, attention_bias=False, attention_dropout=0.0,
+            num_key_value_heads=t.num_kv_heads, head_dim=t.head_dim, hidden_act=t.hidden_act,
+            rms_norm_eps=t.rms_norm_eps, attention_bias=t.attention_bias, attention_dropout=0.0,
             max_position_embeddings=t.max_position_embeddings, vocab_size=t.vocab_size,
             rope_theta=t.rope_theta, bos_token_id=PAD_ID, eos_token_id=IM_END_ID,
             rope_scaling={"rope_type": "default", "mrope_section": list(t.mrope_section),
@@ -243,75 +268,19 @@ class AlpamayoConfig:
             num_position_embeddings=v.num_position_embeddings,
             deepstack_visual_indexes=list(v.deepstack_visual_indexes), patch_size=v.patch_size,
             temporal_patch_size=v.temporal_patch_size, spatial_merge_size=v.spatial_merge_size,
-            hidden_act="gelu_pytorch_tanh", in_channels=3, initializer_range=0.02,
+            hidden_act=v.hidden_act, in_channels=3, initializer_range=0.02,
         )
 
-    # ---- release config.json --------------------------------------------------------------
+    # ---- release config.json (release_config.py) -------------------------------------------
     def to_release_dict(self) -> dict[str, Any]:
         """config.json in the released layout (the fields the official loader reads)."""
-        a, tk = self.action, self.tokens
-        space = {
-            "_target_": "alpamayo_r1.action_space.UnicycleAccelCurvatureActionSpace",
-            "a_lambda": a.a_lambda, "a_ridge": a.a_ridge, "accel_bounds": list(a.accel_bounds),
-            "accel_mean": a.accel_mean, "accel_std": a.accel_std,
-            "curvature_bounds": list(a.curvature_bounds), "curvature_mean": a.curvature_mean,
-            "curvature_std": a.curvature_std, "dt": a.dt, "kappa_lambda": a.kappa_lambda,
-            "kappa_ridge": a.kappa_ridge, "n_waypoints": a.n_waypoints,
-            "theta_lambda": a.theta_lambda, "theta_ridge": a.theta_ridge,
-            "v_lambda": a.v_lambda, "v_ridge": a.v_ridge,
-        }
-        ids = traj_token_ids()
-        return {
-            "action_in_proj_cfg": {
-                "_target_": "alpamayo_r1.models.action_in_proj.PerWaypointActionInProjV2",
-                "hidden_size": a.in_proj_hidden_size, "max_freq": a.max_freq,
-                "num_enc_layers": a.in_proj_num_layers, "num_fourier_feats": a.num_fourier_feats,
-            },
-            "action_out_proj_cfg": {"_target_": "torch.nn.Linear"},
-            "action_space_cfg": space,
-            "add_special_tokens": True,
-            "architectures": ["AlpamayoR1"],
-            "attn_implementation": "sdpa",
-            "diffusion_cfg": {"_target_": "alpamayo_r1.diffusion.flow_matching.FlowMatching",
-                              "int_method": "euler", "x_dims": "???"},
-            "dtype": "bfloat16",
-            "expert_cfg": {"dtype": "bfloat16", "head_dim": self.expert.head_dim,
-                           "hidden_size": self.expert.hidden_size,
-                           "intermediate_size": self.expert.intermediate_size,
-                           "num_attention_heads": self.expert.num_heads},
-            "expert_non_causal_attention": self.expert_non_causal_attention,
-            "hist_traj_tokenizer_cfg": {
-                "_target_": "alpamayo_r1.models.delta_tokenizer.DeltaTrajectoryTokenizer",
-                "ego_xyz_max": list(tk.ego_xyz_max), "ego_xyz_min": list(tk.ego_xyz_min),
-                "num_bins": tk.hist_num_bins, "predict_yaw": False,
-            },
-            "keep_same_dtype": True,
-            "max_pixels": tk.max_pixels,
-            "min_pixels": tk.min_pixels,
-            "model_dtype": "bfloat16",
-            "model_type": MODEL_TYPE,
-            "tokens_per_future_traj": tk.tokens_per_future_traj,
-            "tokens_per_history_traj": tk.tokens_per_history_traj,
-            "traj_token_ids": ids,
-            "traj_token_start_idx": tk.traj_token_start_idx,
-            "traj_tokenizer_cfg": {
-                "_recursive_": False,
-                "_target_": "alpamayo_r1.action_space.discrete_action_space."
-                            "DiscreteTrajectoryTokenizer",
-                "action_space_cfg": dict(space), "dims_max": [10.0, 10.0],
-                "dims_min": [-10.0, -10.0], "num_bins": tk.future_traj_num_bins,
-            },
-            "traj_vocab_size": tk.traj_vocab_size,
-            "vlm_backend": "qwenvl3",
-            "vlm_name_or_path": self.vlm_name_or_path,
-            "vocab_size": self.text.vocab_size,
-        }
+        from .release_config import release_dict
+        return release_dict(self)
 
     def to_vlm_dict(self) -> dict[str, Any]:
         """vlm_config.json: the Qwen3VLConfig in effect (written when it is not the 8B shape)."""
-        d = self.to_qwen3vl_config().to_dict()
-        d["architectures"] = ["Qwen3VLForConditionalGeneration"]
-        return d
+        from .release_config import vlm_dict
+        return vlm_dict(self)
 
     @property
     def is_qwen3vl_8b_shape(self) -> bool:
@@ -321,57 +290,12 @@ class AlpamayoConfig:
     @classmethod
     def from_release_dicts(cls, release: dict[str, Any],
                            vlm: dict[str, Any] | None) -> AlpamayoConfig:
-        """Parse config.json (+ vlm_config.json, or the 8B shape for a known VLM name)."""
-        model_type = release.get("model_type")
-        if model_type != MODEL_TYPE:
-            raise ConfigError(f"config.json model_type = {model_type!r}: expected {MODEL_TYPE!r} "
-                              "(this loader reads Alpamayo-R1 checkpoints only)")
-        try:
-            name = release.get("vlm_name_or_path", QWEN3VL_8B_NAMES[0])
-            if vlm is None:
-                if name not in QWEN3VL_8B_NAMES:
-                    raise ConfigError(f"config.json vlm_name_or_path = {name!r} is not a known "
-                                      "Qwen3-VL-8B name and no vlm_config.json was given: put the "
-                                      "VLM's Qwen3VLConfig as vlm_config.json beside config.json")
-                text, vision = TextConfig(vocab_size=int(release["vocab_size"])), VisionConfig()
-            else:
-                text, vision = _parse_vlm_dict(vlm)
-            e, ai = release["expert_cfg"], release["action_in_proj_cfg"]
-            expert = ExpertConfig(hidden_size=e["hidden_size"],
-                                  intermediate_size=e["intermediate_size"],
-                                  num_heads=e["num_attention_heads"],
-                                  head_dim=e.get("head_dim", text.head_dim))
-            s = release["action_space_cfg"]
-            action = ActionConfig(
-                in_proj_hidden_size=ai["hidden_size"], in_proj_num_layers=ai["num_enc_layers"],
-                num_fourier_feats=ai["num_fourier_feats"], max_freq=float(ai["max_freq"]),
-                n_waypoints=s["n_waypoints"], dt=s["dt"], accel_mean=s["accel_mean"],
-                accel_std=s["accel_std"], curvature_mean=s["curvature_mean"],
-                curvature_std=s["curvature_std"], accel_bounds=tuple(s["accel_bounds"]),
-                curvature_bounds=tuple(s["curvature_bounds"]), theta_lambda=s["theta_lambda"],
-                theta_ridge=s["theta_ridge"], v_lambda=s["v_lambda"], v_ridge=s["v_ridge"],
-                a_lambda=s["a_lambda"], a_ridge=s["a_ridge"], kappa_lambda=s["kappa_lambda"],
-                kappa_ridge=s["kappa_ridge"],
-            )
-            h = release["hist_traj_tokenizer_cfg"]
-            traj_tok = release.get("traj_tokenizer_cfg") or {}
-            tokens = TokenConfig(
-                traj_token_start_idx=release["traj_token_start_idx"],
-                traj_vocab_size=release["traj_vocab_size"],
-                future_traj_num_bins=traj_tok.get("num_bins", 0),
-                hist_num_bins=h["num_bins"], ego_xyz_min=tuple(h["ego_xyz_min"]),
-                ego_xyz_max=tuple(h["ego_xyz_max"]),
-                tokens_per_history_traj=release.get("tokens_per_history_traj", 48),
-                tokens_per_future_traj=release.get("tokens_per_future_traj", 64),
-                min_pixels=release.get("min_pixels") or 163840,
-                max_pixels=release.get("max_pixels") or 196608,
-            )
-            return cls(text=text, vision=vision, expert=expert, action=action, tokens=tokens,
-                       expert_non_causal_attention=release.get("expert_non_causal_attention", True),
-                       vlm_name_or_path=name)
-        except KeyError as err:
-            raise ConfigError(f"config.json lacks field {err.args[0]!r}; it must be an "
-                              "Alpamayo-R1 config.json as released") from err
+        """Parse config.json (+ vlm_config.json, or the 8B shape for a known VLM name).
+
+        Every field is honoured or refused (`UnsupportedConfigError`): `release_config.py`.
+        """
+        from .release_config import parse_release
+        return parse_release(release, vlm)
 
     @classmethod
     def from_dir(cls, path: str | Path, vlm_config: str | Path | None = None) -> AlpamayoConfig:
@@ -393,30 +317,6 @@ def _read_json(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"{path} must hold a JSON object")
     return data
-
-
-def _parse_vlm_dict(vlm: dict[str, Any]) -> tuple[TextConfig, VisionConfig]:
-    """Qwen3VLConfig dict (as saved by transformers 4.57 or 5.x) -> our text/vision configs."""
-    t, v = vlm["text_config"], vlm["vision_config"]
-    rope = t.get("rope_parameters") or t.get("rope_scaling") or {}
-    theta = rope.get("rope_theta", t.get("rope_theta", 5_000_000.0))
-    text = TextConfig(
-        hidden_size=t["hidden_size"], intermediate_size=t["intermediate_size"],
-        num_layers=t["num_hidden_layers"], num_heads=t["num_attention_heads"],
-        num_kv_heads=t["num_key_value_heads"], head_dim=t["head_dim"],
-        rms_norm_eps=t["rms_norm_eps"], rope_theta=float(theta),
-        mrope_section=tuple(rope.get("mrope_section", (24, 20, 20))),
-        max_position_embeddings=t["max_position_embeddings"], vocab_size=t["vocab_size"],
-    )
-    vision = VisionConfig(
-        depth=v["depth"], hidden_size=v["hidden_size"], intermediate_size=v["intermediate_size"],
-        num_heads=v["num_heads"], out_hidden_size=v["out_hidden_size"],
-        num_position_embeddings=v["num_position_embeddings"],
-        deepstack_visual_indexes=tuple(v["deepstack_visual_indexes"]),
-        patch_size=v["patch_size"], temporal_patch_size=v["temporal_patch_size"],
-        spatial_merge_size=v["spatial_merge_size"],
-    )
-    return text, vision
 
 
 # ---- presets ------------------------------------------------------------------------------

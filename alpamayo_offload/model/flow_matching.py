@@ -10,10 +10,15 @@ StepFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 class FlowMatching(nn.Module):
-    """No parameters; a module only so the release attribute `diffusion` exists."""
+    """No parameters; a module only so the release attribute `diffusion` exists.
+
+    `num_steps` is the model's own step count (`diffusion_cfg.num_inference_steps`).
+    """
 
     def __init__(self, x_dims: tuple[int, int], num_steps: int = 10) -> None:
         super().__init__()
+        if num_steps < 1:
+            raise ValueError(f"num_steps = {num_steps}: must be >= 1")
         self.x_dims, self.num_steps = x_dims, num_steps
 
     def time_steps(self, num_steps: int, device: torch.device) -> torch.Tensor:
@@ -25,9 +30,12 @@ class FlowMatching(nn.Module):
                on_step_end: Callable[[int], None] | None = None) -> torch.Tensor:
         """Integrate x' = step_fn(x, t) from x0 (B, N, C) with Euler steps; returns x at t=1.
 
-        `on_step(i, is_last)` / `on_step_end(i)` bracket each step (phase boundaries).
+        `num_steps` None runs the model's own `self.num_steps`. `on_step(i, is_last)` /
+        `on_step_end(i)` bracket each step (phase boundaries).
         """
-        steps = num_steps or self.num_steps
+        steps = self.num_steps if num_steps is None else num_steps
+        if steps < 1:
+            raise ValueError(f"num_steps = {steps}: must be >= 1")
         ts = self.time_steps(steps, x0.device)
         x = x0
         for i in range(steps):

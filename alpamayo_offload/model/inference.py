@@ -10,7 +10,8 @@ pass follows is left between passes:
             embeddings scattered in, M-RoPE positions, LM forward into a DynamicCache
 3. decode   one token per pass; ids 151669-155668 masked; stop one token late after
             <|traj_future_start|> so its K/V is in the cache (spec 4.2, pitfall 3)
-4. diffusion 10 Euler steps: action_in_proj -> expert over [VLM cache | 64 action tokens]
+4. diffusion Euler steps (the model's own count unless `DecodeOptions` overrides it):
+            action_in_proj -> expert over [VLM cache | 64 action tokens]
             (non-causal, M-RoPE positions after <|traj_future_start|>) -> action_out_proj;
             the cache is cropped back after every step (pitfall 2)
 5. the unicycle action space turns the sampled actions into poses in the t0 ego frame.
@@ -45,8 +46,10 @@ class DecodeOptions:
 
     `max_decode_tokens`: most new tokens (the official `max_generation_length`, 256).
     `fixed_decode_tokens=N`: exactly N decode passes after prefill (N + 1 new tokens) whatever
-    is emitted -- random weights never emit the stop token; benchmarks use N = 21.
+    is emitted -- random weights never emit the stop token (the offloading paper decodes 21).
     `sample=False` is greedy; `sample=True` uses the release's temperature 0.6 / top-p 0.98.
+    `diffusion_steps` None runs the model's own Euler steps (its checkpoint's
+    `diffusion_cfg.num_inference_steps`, `steps_for`); a number overrides them.
     Rows stop one token after <|traj_future_start|>; `eos` ends a row at once with pad after.
     """
 
@@ -57,7 +60,7 @@ class DecodeOptions:
     top_p: float = 0.98
     seed: int = 0
     num_samples: int = 1
-    diffusion_steps: int = 10
+    diffusion_steps: int | None = None
     stop_on_im_end: bool = True  # [inferred] the Qwen generation config's eos ends a row
 
     def __post_init__(self) -> None:
@@ -65,12 +68,20 @@ class DecodeOptions:
             raise ValueError(f"max_decode_tokens = {self.max_decode_tokens}: must be >= 1")
         if self.fixed_decode_tokens is not None and self.fixed_decode_tokens < 0:
             raise ValueError(f"fixed_decode_tokens = {self.fixed_decode_tokens}: must be >= 0")
-        if self.num_samples < 1 or self.diffusion_steps < 1:
-            raise ValueError(f"num_samples = {self.num_samples}, diffusion_steps = "
-                             f"{self.diffusion_steps}: both must be >= 1")
+        if self.num_samples < 1:
+            raise ValueError(f"num_samples = {self.num_samples}: must be >= 1")
+        if self.diffusion_steps is not None and self.diffusion_steps < 1:
+            raise ValueError(f"diffusion_steps = {self.diffusion_steps}: must be >= 1, or None "
+                             "for the model's own")
         if not 0.0 < self.top_p <= 1.0 or self.temperature <= 0.0:
             raise ValueError(f"top_p = {self.top_p} must be in (0, 1], temperature = "
                              f"{self.temperature} must be > 0")
+
+    def steps_for(self, model: AlpamayoR1) -> int:
+        """Return the Euler steps a rollout of `model` runs with these options."""
+        if self.diffusion_steps is not None:
+            return self.diffusion_steps
+        return model.cfg.action.diffusion_steps
 
     @property
     def token_budget(self) -> int:
@@ -90,6 +101,7 @@ class InferenceResult:
     coc_token_ids: list[list[int]]  # per sample: the reasoning ids
     coc_text: list[str] | None      # decoded only when a decoding tokenizer is given
     decode_steps: int               # number of decode passes run
+    diffusion_steps: int            # number of Euler steps run
     extras: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
@@ -360,8 +372,9 @@ def run_inference(model: AlpamayoR1, inputs: ModelInputs, device: torch.device |
         def velocity(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
             return ro.expert_step(x, t, cache, pos, mask)[0]
 
+        steps = opts.steps_for(model)
         sampled = model.diffusion.sample(
-            x0, velocity, opts.diffusion_steps,
+            x0, velocity, steps,
             on_step=lambda i, last: obs.phase_start("diffusion", i, last),
             on_step_end=lambda i: obs.phase_end("diffusion", i))
     xyz, rot = model.action_space.action_to_traj(sampled, hist_xyz.repeat_interleave(s, dim=0),
@@ -379,7 +392,7 @@ def run_inference(model: AlpamayoR1, inputs: ModelInputs, device: torch.device |
             text = None
     return InferenceResult(xyz=xyz.float().cpu(), rot=rot.float().cpu(),
                            new_token_ids=new_ids.cpu(), coc_token_ids=coc, coc_text=text,
-                           decode_steps=step, extras=extras)
+                           decode_steps=step, diffusion_steps=steps, extras=extras)
 
 
 def _row_ends(first: torch.Tensor, stop_on_im_end: bool) -> _DeviceRowEnds | _HostRowEnds:

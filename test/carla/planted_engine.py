@@ -54,7 +54,8 @@ class PlantedEngine:
         return EngineResult(xyz=xyz, rot=rot, samples_xyz=xyz[None], samples_rot=rot[None],
                             coc_token_ids=[], coc_text=None, decode_tokens=0,
                             timings=dict.fromkeys(STAGES, 0.0),
-                            streaming={'bytes_streamed': 0.0, 'dma_ms': 0.0, 'stall_ms': 0.0})
+                            streaming={'bytes_streamed': 0.0, 'dma_ms': 0.0, 'stall_ms': 0.0},
+                            diffusion_steps=10)
 
 
 def save_drive(drive: DriveConfig, path: Path) -> Path:

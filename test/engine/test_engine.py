@@ -1,6 +1,7 @@
 """The engine: every offload mode and plan gives the preload result bit for bit (tiny, CPU)."""
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,7 @@ from alpamayo_offload.engine import (
     example_input,
 )
 from alpamayo_offload.engine.identity import kernel_settings
+from alpamayo_offload.model import build_random, save_checkpoint, tiny_config
 
 FIXTURE = (Path(__file__).resolve().parents[2] / '..' / 'shared' / 'fixtures'
            / 'alpamayo-official-tiny')
@@ -154,6 +156,8 @@ def test_unknown_model_is_refused() -> None:
 def test_bad_config_values_are_refused() -> None:
     with pytest.raises(ValueError, match='mode'):
         EngineConfig(mode='fast')
+    with pytest.raises(ValueError, match='diffusion_steps = 0'):
+        EngineConfig(diffusion_steps=0)
     with pytest.raises(ValueError, match='resident names'):
         EngineConfig(resident={'decoder': (0,)})
     with pytest.raises(ValueError, match='budget_bytes'):
@@ -188,6 +192,36 @@ def test_checkpoint_streams_layers_from_safetensors_like_a_full_load(inputs) -> 
         preloaded.close()
     assert np.array_equal(a.samples_xyz, b.samples_xyz)
     assert a.coc_token_ids == b.coc_token_ids
+
+
+def test_checkpoint_diffusion_steps_are_run_unless_overridden(inputs, tmp_path: Path) -> None:
+    """A checkpoint's diffusion_cfg.num_inference_steps is what runs; an explicit value wins."""
+    base = tiny_config()
+    cfg = dataclasses.replace(base, action=dataclasses.replace(base.action, diffusion_steps=6))
+    save_checkpoint(build_random(cfg), tmp_path)
+    steps = {}
+    for override in (None, 3):
+        engine = Engine.from_config(EngineConfig(model=str(tmp_path), mode='pipelined',
+                                                 fixed_decode_tokens=2,
+                                                 diffusion_steps=override))
+        try:
+            result = engine.infer(inputs)
+            steps[override] = (engine.info['diffusion_steps'], result.diffusion_steps,
+                               result.streaming['bytes_streamed'])
+            expert_bytes = sum(engine._layer_bytes['expert'])
+        finally:
+            engine.close()
+    assert steps[None][:2] == (6, 6) and steps[3][:2] == (3, 3)
+    assert steps[None][2] - steps[3][2] == 3 * expert_bytes
+
+
+def test_preset_runs_ten_steps_by_default(inputs) -> None:
+    engine = Engine.from_config(EngineConfig(mode='preload', fixed_decode_tokens=1))
+    try:
+        assert engine.info['diffusion_steps'] == 10
+        assert engine.infer(inputs).diffusion_steps == 10
+    finally:
+        engine.close()
 
 
 # bf16 on the GPU with deterministic algorithms, as every CUDA test runs.
