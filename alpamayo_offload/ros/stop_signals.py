@@ -19,9 +19,9 @@ def exit_quietly_on_stop() -> None:
     would otherwise print a KeyboardInterrupt traceback. `rclpy.init` later installs rclpy's own
     handlers, which shut the ROS context down and then call these (rclpy chains to the handler
     it replaced), so a stop while spinning or publishing also unwinds as `SystemExit(0)` through
-    the `finally` clean-up instead of surfacing as KeyboardInterrupt or RCLError. A signal the
-    parent ignores (SIGINT of a background job in a script) stays ignored, as Python leaves it.
+    the `finally` clean-up instead of surfacing as KeyboardInterrupt or RCLError. An inherited
+    SIG_IGN (SIGINT of a background job in a script) is replaced too: rclpy's handlers shut the
+    context down on SIGINT regardless, and a publish on that context would then raise RCLError.
     """
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        if signal.getsignal(signum) is not signal.SIG_IGN:
-            signal.signal(signum, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    signal.signal(signal.SIGTERM, _stop)
