@@ -45,17 +45,19 @@ setup(
     ],
     extras_require={
         'ros-pip': ROS_PIP,
-        'test': ['pytest>=7', 'ruff>=0.5', 'colcon-common-extensions>=0.3'],
+        # pytest 9 removed the `path` argument of `pytest_pycollect_makemodule`, which the
+        # launch_testing pytest plugin released for Humble and Jazzy still implements: with
+        # pytest 9, `colcon test` (plugin loaded from the sourced ROS install) stops at collection.
+        'test': ['pytest>=7,<9', 'ruff>=0.5', 'colcon-common-extensions>=0.3'],
     },
     zip_safe=True,
     maintainer='alpamayo_offload maintainers',
     maintainer_email='alpamayo-offload@example.com',
     description='Bit-exact pipelined layer offloading for Alpamayo-R1 with a ROS 2 node.',
     license='Apache-2.0',
-    tests_require=['pytest'],
     entry_points={
         'console_scripts': [
-            'alpamayo_offload_node = alpamayo_offload.ros.node:main',
+            'alpamayo_offload_node = alpamayo_offload.ros.node_entry:main',
             'alpamayo-offload = alpamayo_offload.cli:main',
             'alpamayo_offload_replay = alpamayo_offload.cli:replay_main',
         ],

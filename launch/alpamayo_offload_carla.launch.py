@@ -25,6 +25,7 @@ from alpamayo_offload.ros.carla import (
     node_overrides,
     parse_offset,
 )
+from alpamayo_offload.ros.launch_checks import require_packages
 from launch import LaunchContext, LaunchDescription
 
 CONFIG = Path(__file__).resolve().parent.parent / 'config'
@@ -34,6 +35,13 @@ def _actions(context: LaunchContext) -> list[Node]:
     def arg(name: str) -> str:
         return LaunchConfiguration(name).perform(context)
 
+    tf = arg('publish_rear_axle_tf') == 'true'
+    starts = {'alpamayo_offload': 'alpamayo_offload_node'}
+    if tf:
+        starts['tf2_ros'] = ('static_transform_publisher for the rear-axle TF; '
+                             'publish_rear_axle_tf:=false skips it')
+    # Before any action: a package missing later would leave the nodes started before as orphans.
+    require_packages(starts, 'alpamayo_offload_carla.launch.py')
     role = arg('role_name')
     cameras = {slot: arg(f'camera_{slot}_id') for slot in DEFAULT_CAMERA_IDS}
     files = [arg('params_file'), arg('carla_params_file')]
@@ -46,7 +54,7 @@ def _actions(context: LaunchContext) -> list[Node]:
         name='alpamayo_offload_node', namespace=arg('namespace'), output='screen',
         parameters=[*files, overrides],
         remappings=list(bridge_remaps(role, cameras).items()))]
-    if arg('publish_rear_axle_tf') == 'true':
+    if tf:
         x, y, z = parse_offset(arg('rear_axle_offset'))
         actions.append(Node(
             package='tf2_ros', executable='static_transform_publisher', name='rear_axle_tf',

@@ -13,7 +13,7 @@ os.environ.setdefault('ROS_DOMAIN_ID', str(1 + os.getpid() % 100))
 # so there a missing rclpy is an error, not a silent skip.
 NEEDS_RCLPY = ('carla/test_carla_bag.py', 'carla/test_rig.py', 'ros/test_engine_loader.py',
                'ros/test_node_decode_ahead.py', 'ros/test_node_integration.py',
-               'ros/test_params.py', 'ros/test_plan_file.py')
+               'ros/test_params.py', 'ros/test_plan_file.py', 'ros/test_clean_exit.py')
 try:
     import rclpy  # noqa: F401
     HAVE_RCLPY = True

@@ -6,6 +6,11 @@ wall clock); `--clock` publishes `/clock` at bag time instead (for nodes with us
 """
 from __future__ import annotations
 
+if __name__ == '__main__':  # `python -m`: quiet Ctrl-C/SIGTERM also during the imports below
+    from .stop_signals import exit_quietly_on_stop
+
+    exit_quietly_on_stop()
+
 import argparse
 import importlib
 import logging

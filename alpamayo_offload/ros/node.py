@@ -10,6 +10,11 @@ thread at start; until it is ready every tick is reported as skipped with `model
 """
 from __future__ import annotations
 
+if __name__ == '__main__':  # `python -m`: quiet Ctrl-C/SIGTERM also during the imports below
+    from .stop_signals import exit_quietly_on_stop
+
+    exit_quietly_on_stop()
+
 import dataclasses
 import logging
 import threading
