@@ -19,8 +19,8 @@ STAGE_KEYS = (
 )
 # Reasons that mean broken data rather than timing; reported as ERROR, the rest as WARN.
 _ERROR_REASONS = frozenset({
-    input_errors.IMAGE_ENCODING, input_errors.IMAGE_STEP, input_errors.IMAGE_TRUNCATED,
-    input_errors.IMAGE_CORRUPT, input_errors.IMAGE_SIZE_MISMATCH, input_errors.ODOMETRY_NONFINITE,
+    input_errors.IMAGE_ENCODING, input_errors.IMAGE_STEP_INVALID, input_errors.IMAGE_TRUNCATED,
+    input_errors.IMAGE_CORRUPT, input_errors.IMAGE_TOO_LARGE, input_errors.IMAGE_SIZE_MISMATCH, input_errors.ODOMETRY_NONFINITE,
     input_errors.CAMERA_STOPPED, input_errors.CAMERA_MISSING,
 })
 SKIP_IN_FLIGHT = 'inference_in_flight'

@@ -184,7 +184,7 @@ class AlpamayoOffloadNode(Node):
 
         def ahead(slot: int, frame: EncodedImage) -> Future[Decoded] | None:
             nonlocal ready_ahead
-            found = self._cameras[slot].ready(frame, cfg.assembly.frame_size)
+            found = self._cameras[slot].ready(frame, cfg.assembly)
             ready_ahead += found is not None
             return found
 

@@ -79,7 +79,7 @@ def test_inputs_faster_than_inference_build_no_backlog(tmp_path: Path) -> None:
 FAULT_CASES = {
     'encoding': (DriveConfig(fault='encoding'), 'image_encoding'),
     'truncated': (DriveConfig(fault='truncated'), 'image_truncated'),
-    'step': (DriveConfig(fault='step'), 'image_step'),
+    'step': (DriveConfig(fault='step'), 'image_step_invalid'),
     'corrupt_jpeg': (DriveConfig(fault='corrupt', image_format='jpeg'), 'image_corrupt'),
     'size': (DriveConfig(fault='size'), 'image_size_mismatch'),
     'nan_odometry': (DriveConfig(fault='nan_odometry'), 'odometry_nonfinite'),
