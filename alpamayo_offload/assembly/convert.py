@@ -41,7 +41,7 @@ class ConversionError(ValueError):
 
 
 def raw_array(image: EncodedImage, enc: RawEncoding) -> np.ndarray:
-    """The frame's samples without row padding: (H, W) or (H, W, C), uint8 or native uint16."""
+    """Return the frame's samples without row padding: (H, W) or (H, W, C), uint8 or uint16."""
     h, w = image.height, image.width
     rows = np.frombuffer(image.data, np.uint8).reshape(h, image.step)[:, :w * enc.bytes_per_pixel]
     if enc.sample_bytes == 2:
@@ -59,7 +59,7 @@ def to_rgb8(px: np.ndarray, code: int | None) -> np.ndarray:
 
 
 def _decoded_to_rgb(px: np.ndarray | None) -> np.ndarray:
-    """imdecode output (BGR/BGRA/gray, 8 or 16 bit) to RGB uint8."""
+    """Convert `cv2.imdecode` output (BGR/BGRA/gray, 8 or 16 bit) to RGB uint8."""
     if px is None or px.size == 0:
         raise ConversionError('the codec found no image in the data')
     channels = 1 if px.ndim == 2 else px.shape[2]
@@ -156,5 +156,5 @@ def choose_converter() -> ConverterChoice:
 
 @functools.cache
 def converter() -> Converter:
-    """The process's converter, chosen (and logged) on first use."""
+    """Return the process's converter, chosen (and logged) on first use."""
     return choose_converter().converter

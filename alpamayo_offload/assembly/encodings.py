@@ -55,7 +55,7 @@ COMPRESSED_CODECS = ('jpeg', 'png')
 
 
 def compressed_codec(fmt: str) -> str | None:
-    """The codec of a `CompressedImage.format`, or None when it is neither JPEG nor PNG.
+    """Return the codec of a `CompressedImage.format`, or None when neither JPEG nor PNG.
 
     Accepts the plain names (`jpeg`, `jpg`, `png`) and image_transport's form
     `"<encoding>; <codec> compressed <encoding>"` (e.g. `"rgb8; jpeg compressed bgr8"`). The
@@ -70,6 +70,6 @@ def compressed_codec(fmt: str) -> str | None:
 
 
 def supported_encodings() -> str:
-    """The accepted encodings, for refusal messages."""
+    """List the accepted encodings, for refusal messages."""
     return (f'sensor_msgs/Image {sorted(RAW_ENCODINGS)}; CompressedImage '
             f"{list(COMPRESSED_CODECS)} (also image_transport's '<enc>; jpeg compressed <enc>')")
