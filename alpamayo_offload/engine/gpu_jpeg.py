@@ -23,12 +23,13 @@ class TorchvisionJpegDecoder:
         try:
             from torchvision.io import ImageReadMode, decode_jpeg  # noqa: PLC0415 - optional
         except ImportError as err:
-            raise GpuJpegUnavailableError(f"images.decoder 'gpu' needs torchvision ({err}); install "
-                                     "torchvision matching torch, or use 'cpu'") from err
+            raise GpuJpegUnavailableError(f"images.decoder 'gpu' needs torchvision ({err}); "
+                                          "install torchvision matching torch, or use 'cpu'"
+                                          ) from err
         if not device.startswith('cuda') or not torch.cuda.is_available():
             raise GpuJpegUnavailableError(f"images.decoder 'gpu' needs a CUDA device (device "
-                                     f"{device!r}, CUDA available: "
-                                     f"{torch.cuda.is_available()}); use 'cpu'")
+                                          f"{device!r}, CUDA available: "
+                                          f"{torch.cuda.is_available()}); use 'cpu'")
         self._decode = decode_jpeg
         self._mode = ImageReadMode.RGB
         self._device = torch.device(device)

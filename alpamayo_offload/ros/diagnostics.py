@@ -13,8 +13,8 @@ from .conversions import ns_to_time
 # Stage keys always present in the inference status (nan until the first inference).
 STAGE_KEYS = (
     't_image_decode_ms', 't_frame_decode_max_ms', 't_preprocess_ms', 't_vision_ms',
-    't_prefill_ms', 't_decode_ms', 'decode_tokens', 't_diffusion_ms', 't_postprocess_ms', 't_engine_total_ms', 't_path_build_ms',
-    't_total_ms', 't_node_overhead_ms',
+    't_prefill_ms', 't_decode_ms', 'decode_tokens', 't_diffusion_ms', 't_postprocess_ms',
+    't_engine_total_ms', 't_path_build_ms', 't_total_ms', 't_node_overhead_ms',
     'input_age_ms', 'dma_ms', 'stall_ms', 'bytes_streamed',
 )
 # Reasons that mean broken data rather than timing; reported as ERROR, the rest as WARN.
