@@ -38,6 +38,8 @@ setup(
         'tokenizers>=0.20',
         'numpy>=1.24',
         'pillow>=10',
+        # image conversion where cv_bridge is not importable (its OpenCV codes, encodings.py)
+        'opencv-python-headless>=4.6',
         'pyyaml>=6',
         'rosbags>=0.10',
         'tqdm>=4.60',

@@ -126,7 +126,7 @@ def counting_lookup(bufs: dict[int, DecodeAheadBuffer], cfg: AssemblyConfig, hit
                     ) -> Callable[[int, EncodedImage], Future[Decoded] | None]:
     """The node's lookup: a finished background decode or None; counts hits into `hits[0]`."""
     def ahead(slot: int, frame: EncodedImage) -> Future[Decoded] | None:
-        found = bufs[slot].ready(frame, cfg.frame_size)
+        found = bufs[slot].ready(frame, cfg)
         hits[0] += found is not None
         return found
     return ahead

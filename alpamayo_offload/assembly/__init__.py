@@ -1,4 +1,4 @@
-"""Time-correct input assembly shared by the ROS node and rosbag replay (numpy + PIL only)."""
+"""Time-correct input assembly shared by the ROS node and rosbag replay (numpy, OpenCV, PIL)."""
 from .assembler import (
     AssemblyConfig,
     DecodedLookup,
@@ -12,15 +12,27 @@ from .assembler import (
     select_inputs,
 )
 from .buffers import StampedBuffer
-from .decode import Decoded, FrameSize, FrameSizing, decode_image
+from .convert import ConverterChoice, choose_converter
+from .decode import (
+    DEFAULT_MAX_PIXELS,
+    Decoded,
+    DecodeOptions,
+    FrameSize,
+    FrameSizing,
+    JpegDecoder,
+    decode_image,
+)
 from .decode_ahead import DecodeAheadBuffer, DecodeAheadStats
+from .encodings import RAW_ENCODINGS, compressed_codec, supported_encodings
 from .errors import InputError
 from .messages import EncodedImage, OdometrySample, image_from_msg, odometry_from_msg
 
 __all__ = [
-    'AssemblyConfig', 'DecodeAheadBuffer', 'DecodeAheadStats', 'Decoded', 'DecodedLookup',
-    'EncodedImage', 'FrameSize', 'FrameSizing', 'InputError', 'ModelInput', 'OdometrySample',
-    'Pose', 'Selection', 'StampedBuffer', 'assemble', 'check_resolution', 'decode_image',
-    'decode_selection', 'future_ground_truth', 'image_from_msg', 'odometry_from_msg',
-    'select_inputs',
+    'DEFAULT_MAX_PIXELS', 'RAW_ENCODINGS', 'AssemblyConfig', 'ConverterChoice',
+    'DecodeAheadBuffer', 'DecodeAheadStats', 'DecodeOptions', 'Decoded', 'DecodedLookup',
+    'EncodedImage', 'FrameSize', 'FrameSizing', 'InputError', 'JpegDecoder', 'ModelInput',
+    'OdometrySample', 'Pose', 'Selection', 'StampedBuffer', 'assemble', 'check_resolution',
+    'choose_converter', 'compressed_codec', 'decode_image', 'decode_selection',
+    'future_ground_truth', 'image_from_msg', 'odometry_from_msg', 'select_inputs',
+    'supported_encodings',
 ]

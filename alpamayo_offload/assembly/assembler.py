@@ -9,11 +9,19 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from concurrent.futures import Executor, Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from .decode import Decoded, FrameSize, FrameSizing, decode_image
+from .decode import (
+    DEFAULT_MAX_PIXELS,
+    Decoded,
+    DecodeOptions,
+    FrameSize,
+    FrameSizing,
+    JpegDecoder,
+    decode_image,
+)
 from .errors import (
     CAMERA_MISSING,
     CAMERA_STOPPED,
@@ -39,6 +47,8 @@ class AssemblyConfig:
     Frames are resized to `image_size_hw` when set (`images.height/width`), else to the model's
     own input size by `model_sizing` (the loaded engine's `image_sizing`, set once it is known:
     the model gets exactly the pixels it would make of the full frame), else kept at native size.
+    `max_pixels` bounds a frame's pixel count (checked on its header, before decoding);
+    `jpeg_decoder` decodes JPEGs instead of the CPU (the GPU's, set by the node).
     """
 
     camera_slots: tuple[int, ...] = (0, 1, 2, 6)
@@ -54,6 +64,8 @@ class AssemblyConfig:
     max_camera_skew_s: float = 0.5
     image_size_hw: tuple[int, int] | None = None
     model_sizing: FrameSizing | None = None
+    max_pixels: int = DEFAULT_MAX_PIXELS
+    jpeg_decoder: JpegDecoder | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         slots = self.camera_slots
@@ -76,6 +88,13 @@ class AssemblyConfig:
         if self.image_size_hw is not None and min(self.image_size_hw) <= 0:
             raise ValueError(f'image_size_hw {self.image_size_hw} must be positive or None '
                              "(the model's size)")
+        if self.max_pixels < 1:
+            raise ValueError(f'max_pixels {self.max_pixels} must be >= 1')
+
+    @property
+    def decode_options(self) -> DecodeOptions:
+        """The per-frame decoding limits and JPEG decoder."""
+        return DecodeOptions(self.max_pixels, self.jpeg_decoder)
 
     @property
     def frame_size(self) -> FrameSize:
@@ -127,6 +146,7 @@ class ModelInput:
     frame_stamps_ns: tuple[tuple[int, ...], ...]
     decode_s: float
     source_hw: tuple[tuple[int, int], ...] = ()   # per camera: size as sent (before resizing)
+    slowest_frame_decode_s: float = 0.0   # longest decode of one frame, ahead or on demand
 
 
 def select_inputs(
@@ -196,37 +216,38 @@ def decode_selection(sel: Selection, cfg: AssemblyConfig, pool: Executor | None 
     start = time.perf_counter()
     flat = [(slot, f) for slot, cam in zip(sel.camera_slots, sel.frames, strict=True)
             for f in cam]
-    decoded = _decode_frames(flat, cfg.frame_size, pool, ahead)
+    decoded = _decode_frames(flat, cfg.frame_size, cfg.decode_options, pool, ahead)
     per_cam = len(cfg.frame_offsets_s)
     for c, slot in enumerate(sel.camera_slots):
-        sizes = {src for _, src in decoded[c * per_cam:(c + 1) * per_cam]}
+        sizes = {d.source_hw for d in decoded[c * per_cam:(c + 1) * per_cam]}
         if len(sizes) > 1:
             raise InputError(IMAGE_SIZE_MISMATCH, f'camera slot {slot} frames have different sizes '
                              f'{sorted(sizes)}; a camera must keep one resolution')
-    shapes = {px.shape for px, _ in decoded}
+    shapes = {d.pixels.shape for d in decoded}
     if len(shapes) > 1:
         raise InputError(IMAGE_SIZE_MISMATCH, f'cameras differ in size {sorted(shapes)}; set '
                          'images.height/width to resize them to one size')
-    source_hw = tuple(decoded[c * per_cam][1] for c in range(len(sel.camera_slots)))
-    images = np.stack([px for px, _ in decoded]).reshape(
-        (len(sel.camera_slots), per_cam) + decoded[0][0].shape)
+    source_hw = tuple(decoded[c * per_cam].source_hw for c in range(len(sel.camera_slots)))
+    images = np.stack([d.pixels for d in decoded]).reshape(
+        (len(sel.camera_slots), per_cam) + decoded[0].pixels.shape)
     return ModelInput(
         t0_ns=sel.t0_ns, images=images, camera_indices=sel.camera_slots,
         ego_history_xyz=sel.ego_history_xyz, ego_history_rot=sel.ego_history_rot,
         odom_pose_t0=Pose(sel.ego_history_xyz[-1].copy(), sel.ego_history_rot[-1].copy()),
         odom_frame_id=sel.odom_frame_id,
         frame_stamps_ns=tuple(tuple(f.stamp_ns for f in cam) for cam in sel.frames),
-        decode_s=time.perf_counter() - start, source_hw=source_hw)
+        decode_s=time.perf_counter() - start, source_hw=source_hw,
+        slowest_frame_decode_s=max(d.seconds for d in decoded))
 
 
-def _decode_frames(flat: list[tuple[int, EncodedImage]], size: FrameSize,
+def _decode_frames(flat: list[tuple[int, EncodedImage]], size: FrameSize, options: DecodeOptions,
                    pool: Executor | None, ahead: DecodedLookup | None) -> list[Decoded]:
     found = [ahead(slot, f) if ahead is not None else None for slot, f in flat]
     if pool is not None:
-        found = [fut if fut is not None else pool.submit(decode_image, f, size)
+        found = [fut if fut is not None else pool.submit(decode_image, f, size, options)
                  for fut, (_, f) in zip(found, flat, strict=True)]
     try:
-        return [fut.result() if fut is not None else decode_image(f, size)
+        return [fut.result() if fut is not None else decode_image(f, size, options)
                 for fut, (_, f) in zip(found, flat, strict=True)]
     finally:   # after an error, on-demand decodes not started yet are not needed (finished: no-op)
         for fut in found:

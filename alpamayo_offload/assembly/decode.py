@@ -1,18 +1,52 @@
-"""Decode one encoded frame to an RGB uint8 array, validating everything a sender can get wrong."""
+"""Decode one encoded frame to an RGB uint8 array, validating everything a sender can get wrong.
+
+Every check that the header allows runs before any pixel is decoded: the encoding is one of
+`encodings.RAW_ENCODINGS` / JPEG / PNG (`image_encoding`), the pixel count is at most
+`DecodeOptions.max_pixels` (`image_too_large`; for JPEG/PNG read from the file header), a raw
+frame's `step` holds a row (`image_step_invalid`) and its data holds `step x height` bytes
+(`image_truncated`; more bytes: `image_step_invalid`, step or height is wrong), a JPEG/PNG ends
+with its end marker (`image_truncated`). A payload the codec then cannot decode is
+`image_corrupt`.
+
+Pillow is used for two things only: reading a JPEG/PNG header (size, format) without decoding,
+which also catches its decompression-bomb error, and the model's own resize (`FrameSizing`,
+which must match the model processor's Pillow resize). Pixels are converted by `convert.py`.
+"""
 from __future__ import annotations
 
 import io
-from typing import Protocol
+import time
+from dataclasses import dataclass
+from typing import NamedTuple, Protocol
 
+import cv2
 import numpy as np
 from PIL import Image
 
-from .errors import IMAGE_CORRUPT, IMAGE_ENCODING, IMAGE_STEP, IMAGE_TRUNCATED, InputError
-from .messages import RAW_ENCODINGS, EncodedImage
+from .convert import REDUCTIONS, ConversionError, converter
+from .encodings import RAW_ENCODINGS, compressed_codec, supported_encodings
+from .errors import (
+    IMAGE_CORRUPT,
+    IMAGE_ENCODING,
+    IMAGE_STEP_INVALID,
+    IMAGE_TOO_LARGE,
+    IMAGE_TRUNCATED,
+    InputError,
+)
+from .messages import EncodedImage
 
-Decoded = tuple[np.ndarray, tuple[int, int]]
+# 8K (7680 x 4320 = 33.2 M pixels) passes; a 16000 x 12000 "bomb" (192 M) does not.
+DEFAULT_MAX_PIXELS = 40_000_000
+_HEADER_FORMATS = {'JPEG': 'jpeg', 'MPO': 'jpeg', 'PNG': 'png'}
+_PNG_END = b'IEND\xaeB`\x82'
 
-_CHANNELS = {'rgb8': 3, 'bgr8': 3, 'rgba8': 4, 'bgra8': 4, 'mono8': 1}
+
+class Decoded(NamedTuple):
+    """A decoded frame: pixels, the size it was sent at, and how long decoding it took."""
+
+    pixels: np.ndarray               # (H, W, 3) uint8 RGB, resized
+    source_hw: tuple[int, int]       # (height, width) as sent
+    seconds: float                   # wall time of decode + resize
 
 
 class FrameSizing(Protocol):
@@ -28,90 +62,158 @@ class FrameSizing(Protocol):
         """Resize a full RGB frame exactly as the model's processor does."""
 
 
+class JpegDecoder(Protocol):
+    """A JPEG decoder other than the CPU one (the GPU's, provided outside assembly)."""
+
+    name: str
+
+    def decode(self, data: bytes) -> np.ndarray:
+        """Full-size (H, W, 3) RGB uint8 on the host; raises on data it cannot decode."""
+
+
+@dataclass(frozen=True)
+class DecodeOptions:
+    """Limits and the JPEG decoder; from `AssemblyConfig.decode_options`."""
+
+    max_pixels: int = DEFAULT_MAX_PIXELS
+    jpeg_decoder: JpegDecoder | None = None     # None: the CPU (cv_bridge / OpenCV)
+
+
 # (H, W): a fixed size; FrameSizing: the model's size; None: the native size.
 FrameSize = tuple[int, int] | FrameSizing | None
 
 
-def decode_image(image: EncodedImage, size: FrameSize) -> Decoded:
+def decode_image(image: EncodedImage, size: FrameSize,
+                 options: DecodeOptions = DecodeOptions()) -> Decoded:  # noqa: B008 - frozen
     """Decode to (H, W, 3) RGB uint8, resized by `size`.
 
-    - (H, W), a fixed size (`images.height/width`): bilinear, and JPEGs are decoded at reduced
-      scale through `Image.draft` when the target is much smaller (the DCT scaling makes 1080p
-      decodes several times cheaper); the model then resizes this frame again if it wants another
-      size.
+    - (H, W), a fixed size (`images.height/width`): area-averaged when shrinking (bilinear when
+      growing), and JPEGs are decoded on the CPU at a reduced DCT scale (1/2, 1/4, 1/8) when the
+      target still fits in the reduced frame (1080p decodes several times cheaper); the model
+      then resizes this frame again if it wants another size.
     - a `FrameSizing`, the model's: the full frame is decoded and resized by the model's own
       resize to its input size, so the model gets the very pixels it would make of the full
       frame (and does not resize again).
     - None: the native size.
 
-    Returns the pixels and the frame's *source* size (height, width), which the assembler compares
-    across the frames of one camera.
+    Returns the pixels, the frame's *source* size (height, width), which the assembler compares
+    across the frames of one camera, and the time taken.
     """
+    start = time.perf_counter()
     if image.compressed:
-        return _decode_compressed(image, size)
-    return _decode_raw(image, size)
-
-
-def _decode_raw(image: EncodedImage, size: FrameSize) -> Decoded:
-    if image.encoding not in _CHANNELS:
-        raise InputError(IMAGE_ENCODING,
-                         f'raw encoding {image.encoding!r} at stamp {image.stamp_ns} is not '
-                         'supported; '
-                         f'publish one of {list(RAW_ENCODINGS)} or CompressedImage jpeg/png')
-    h, w, c = image.height, image.width, _CHANNELS[image.encoding]
-    if h <= 0 or w <= 0:
-        raise InputError(IMAGE_STEP, f'image size {w}x{h} at stamp {image.stamp_ns} is empty')
-    if image.step < w * c:
-        raise InputError(IMAGE_STEP, f'step {image.step} < width {w} x {c} channels for '
-                         f'{image.encoding} at stamp {image.stamp_ns}; the sender sets a wrong '
-                         'step')
-    need = image.step * h
-    if len(image.data) < need:
-        raise InputError(IMAGE_TRUNCATED, f'{len(image.data)} bytes < step {image.step} x '
-                         f'height {h} '
-                         f'= {need} at stamp {image.stamp_ns}; the message is truncated')
-    if len(image.data) > need:
-        raise InputError(IMAGE_STEP, f'{len(image.data)} bytes > step {image.step} x height {h} '
-                         f'= {need} at stamp {image.stamp_ns}; step or height is wrong')
-    rows = np.frombuffer(image.data, dtype=np.uint8).reshape(h, image.step)[:, :w * c]
-    px = rows.reshape(h, w, c)
-    if image.encoding == 'mono8':
-        px = np.repeat(px, 3, axis=2)
-    elif image.encoding.startswith('bgr'):
-        px = px[:, :, 2::-1]
+        px, src = _decode_compressed(image, size, options)
     else:
-        px = px[:, :, :3]
+        px, src = _decode_raw(image, options), (image.height, image.width)
+    return Decoded(_resize(px, size), src, time.perf_counter() - start)
+
+
+def _resize(px: np.ndarray, size: FrameSize) -> np.ndarray:
+    h, w = px.shape[:2]
     if isinstance(size, tuple):
-        if (h, w) != size:
-            resized = Image.fromarray(np.ascontiguousarray(px)).resize(
-                (size[1], size[0]), Image.Resampling.BILINEAR)
-            return np.asarray(resized), (h, w)
-    elif size is not None and size.size_hw(h, w) != (h, w):
-        return np.asarray(size.resize(Image.fromarray(np.ascontiguousarray(px)))), (h, w)
-    return np.ascontiguousarray(px), (h, w)
+        if (h, w) == size:
+            return px
+        shrink = size[0] <= h and size[1] <= w
+        return cv2.resize(px, (size[1], size[0]),
+                          interpolation=cv2.INTER_AREA if shrink else cv2.INTER_LINEAR)
+    if size is not None and size.size_hw(h, w) != (h, w):
+        return np.asarray(size.resize(Image.fromarray(px)))
+    return px
 
 
-def _decode_compressed(image: EncodedImage, size: FrameSize) -> Decoded:
-    fmt = image.encoding.lower()
-    if 'jpeg' not in fmt and 'jpg' not in fmt and 'png' not in fmt:
-        raise InputError(IMAGE_ENCODING, f'compressed format {image.encoding!r} at stamp '
-                         f'{image.stamp_ns} is not supported; publish jpeg or png')
+def _check_pixels(image: EncodedImage, h: int, w: int, max_pixels: int) -> None:
+    if h * w > max_pixels:
+        raise InputError(IMAGE_TOO_LARGE, f'{image.encoding} frame at stamp {image.stamp_ns} is '
+                         f'{w}x{h} = {h * w} pixels > images.max_pixels {max_pixels}; not '
+                         'decoded (raise images.max_pixels if the camera really sends this)')
+
+
+def _decode_raw(image: EncodedImage, options: DecodeOptions) -> np.ndarray:
+    enc = RAW_ENCODINGS.get(image.encoding)
+    if enc is None:
+        raise InputError(IMAGE_ENCODING, f'raw encoding {image.encoding!r} at stamp '
+                         f'{image.stamp_ns} is not supported; publish one of '
+                         f'{supported_encodings()}')
+    h, w, step, at = image.height, image.width, image.step, f'at stamp {image.stamp_ns}'
+    if h <= 0 or w <= 0:
+        raise InputError(IMAGE_STEP_INVALID, f'image size {w}x{h} {at} is empty')
+    _check_pixels(image, h, w, options.max_pixels)
+    row = w * enc.bytes_per_pixel
+    if step < row:
+        raise InputError(IMAGE_STEP_INVALID, f'step {step} < width {w} x {enc.bytes_per_pixel} '
+                         f'bytes per pixel = {row} for {enc.name} {at}; the sender sets a wrong '
+                         'step')
+    if step % enc.sample_bytes or (enc.channels == 2 and w % 2):
+        raise InputError(IMAGE_STEP_INVALID, f'{enc.name} {w}x{h} with step {step} {at}: '
+                         f'{enc.name} needs a step in whole {enc.sample_bytes}-byte samples'
+                         + (' and an even width (pixel pairs share chroma)'
+                            if enc.channels == 2 else ''))
+    need = step * h
+    if len(image.data) < need:
+        raise InputError(IMAGE_TRUNCATED, f'{len(image.data)} bytes < step {step} x height {h} '
+                         f'= {need} {at}; the message is truncated')
+    if len(image.data) > need:
+        raise InputError(IMAGE_STEP_INVALID, f'{len(image.data)} bytes > step {step} x height '
+                         f'{h} = {need} {at}; step or height is wrong')
     try:
-        img = Image.open(io.BytesIO(image.data))
-        src_hw = (img.height, img.width)
-        if isinstance(size, tuple) and img.format == 'JPEG':
-            img.draft('RGB', (size[1], size[0]))
-        img = img.convert('RGB')
-    except OSError as err:  # PIL raises OSError subclasses for both truncated and corrupt data
+        return converter().raw_to_rgb(image, enc)
+    except (ConversionError, cv2.error) as err:
+        raise InputError(IMAGE_CORRUPT, f'{enc.name} frame {at} does not convert: '
+                         f'{err}') from err
+
+
+def _header(image: EncodedImage, codec: str, max_pixels: int) -> tuple[int, int]:
+    """(height, width) from the JPEG/PNG header; nothing is decoded."""
+    what = f'{image.encoding!r} frame at stamp {image.stamp_ns} ({len(image.data)} bytes)'
+    try:
+        head = Image.open(io.BytesIO(image.data))
+    except Image.DecompressionBombError as err:
+        raise InputError(IMAGE_TOO_LARGE, f'{what}: {err}; not decoded') from err
+    except (OSError, SyntaxError, ValueError) as err:  # PIL's PNG parser raises SyntaxError
         reason = IMAGE_TRUNCATED if 'truncated' in str(err).lower() else IMAGE_CORRUPT
-        raise InputError(reason, f'{image.encoding} frame at stamp {image.stamp_ns} '
-                         f'({len(image.data)} bytes) does not decode: {err}') from err
-    except (ValueError, SyntaxError) as err:  # PIL's PNG chunk parser raises SyntaxError
-        raise InputError(IMAGE_CORRUPT, f'{image.encoding} frame at stamp {image.stamp_ns} '
-                         f'does not decode: {err}') from err
-    if isinstance(size, tuple):
-        if (img.height, img.width) != size:
-            img = img.resize((size[1], size[0]), Image.Resampling.BILINEAR)
-    elif size is not None:
-        img = size.resize(img)
-    return np.asarray(img), src_hw
+        raise InputError(reason, f'{what} has no valid {codec} header: {err}') from err
+    if _HEADER_FORMATS.get(head.format or '') != codec:
+        raise InputError(IMAGE_CORRUPT, f'{what} holds {head.format} data, not {codec}')
+    _check_pixels(image, head.height, head.width, max_pixels)
+    return head.height, head.width
+
+
+def _check_complete(image: EncodedImage, codec: str) -> None:
+    data = image.data.rstrip(b'\x00') if codec == 'jpeg' else image.data
+    end = b'\xff\xd9' if codec == 'jpeg' else _PNG_END
+    if not data.endswith(end):
+        raise InputError(IMAGE_TRUNCATED, f'{image.encoding!r} frame at stamp {image.stamp_ns} '
+                         f'({len(image.data)} bytes) lacks the {codec} end marker; the data is '
+                         'truncated')
+
+
+def _reduction(src_hw: tuple[int, int], size: FrameSize) -> int:
+    """Largest JPEG DCT scale-down after which the frame still covers a fixed target size."""
+    if not isinstance(size, tuple):
+        return 1
+    fits = [r for r in REDUCTIONS
+            if -(-src_hw[0] // r) >= size[0] and -(-src_hw[1] // r) >= size[1]]
+    return max(fits, default=1)
+
+
+def _decode_compressed(image: EncodedImage, size: FrameSize,
+                       options: DecodeOptions) -> tuple[np.ndarray, tuple[int, int]]:
+    codec = compressed_codec(image.encoding)
+    if codec is None:
+        raise InputError(IMAGE_ENCODING, f'compressed format {image.encoding!r} at stamp '
+                         f'{image.stamp_ns} is not supported; publish one of '
+                         f'{supported_encodings()}')
+    src_hw = _header(image, codec, options.max_pixels)
+    _check_complete(image, codec)
+    gpu = options.jpeg_decoder if codec == 'jpeg' else None
+    try:
+        if gpu is not None:
+            px = gpu.decode(image.data)
+        else:
+            px = converter().compressed_to_rgb(image.data, _reduction(src_hw, size)
+                                               if codec == 'jpeg' else 1)
+    except Exception as err:  # noqa: BLE001 - any codec failure on validated data is corruption
+        decoder = gpu.name if gpu is not None else converter().path
+        raise InputError(IMAGE_CORRUPT, f'{image.encoding!r} frame at stamp {image.stamp_ns} '
+                         f'({len(image.data)} bytes) does not decode ({decoder}): '
+                         f'{err}') from err
+    return px, src_hw

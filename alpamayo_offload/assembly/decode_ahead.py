@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from .assembler import AssemblyConfig
 from .buffers import StampedBuffer
-from .decode import Decoded, FrameSize, decode_image
+from .decode import Decoded, DecodeOptions, FrameSize, decode_image
 from .messages import EncodedImage
 
 _NS = 1_000_000_000
@@ -55,6 +55,7 @@ class DecodeAheadStats:
 class _Entry:
     image: EncodedImage
     size: FrameSize
+    options: DecodeOptions
     future: Future[Decoded]
 
 
@@ -105,15 +106,15 @@ class DecodeAheadBuffer:
                                                         for s in self._decodes):
                 self.stats.skipped += 1
                 return True
-            self._decodes[stamp] = _Entry(image, size, Future())
+            self._decodes[stamp] = _Entry(image, size, cfg.decode_options, Future())
             self._queued.append(stamp)
             if self._tasks < len(self._queued):
                 self._tasks += 1
                 self._pool.submit(self._decode_next)
             return True
 
-    def ready(self, frame: EncodedImage, size: FrameSize) -> Future[Decoded] | None:
-        """Return the finished background decode of `frame` resized by `size`, else None.
+    def ready(self, frame: EncodedImage, cfg: AssemblyConfig) -> Future[Decoded] | None:
+        """Return the finished background decode of `frame` as `cfg` decodes it, else None.
 
         None means: decode it on demand. A decode still queued is dropped (the caller decodes
         the frame itself now); one running is left to finish. A finished future holds the
@@ -121,8 +122,8 @@ class DecodeAheadBuffer:
         """
         with self._lock:
             entry = self._decodes.get(frame.stamp_ns)
-            if entry is not None and entry.image is frame and entry.size == size \
-                    and entry.future.done():
+            if entry is not None and entry.image is frame and entry.size == cfg.frame_size \
+                    and entry.options == cfg.decode_options and entry.future.done():
                 self.stats.hits += 1
                 return entry.future
             self.stats.misses += 1
@@ -169,7 +170,7 @@ class DecodeAheadBuffer:
             entry.future.set_running_or_notify_cancel()
         start = time.thread_time()
         try:
-            entry.future.set_result(decode_image(entry.image, entry.size))
+            entry.future.set_result(decode_image(entry.image, entry.size, entry.options))
         except Exception as err:  # noqa: BLE001 - stored; raised when the frame is selected
             entry.future.set_exception(err)
         finally:

@@ -8,8 +8,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-RAW_ENCODINGS = ('rgb8', 'bgr8', 'rgba8', 'bgra8', 'mono8')
-
 
 @dataclass(frozen=True)
 class EncodedImage:
@@ -23,6 +21,7 @@ class EncodedImage:
     height: int = 0        # raw only
     width: int = 0         # raw only
     step: int = 0          # raw only
+    is_bigendian: bool = False   # raw only: byte order of 16-bit samples
 
 
 @dataclass(frozen=True)
@@ -48,7 +47,7 @@ def image_from_msg(msg: Any) -> EncodedImage:
     if hasattr(msg, 'format'):
         return EncodedImage(stamp, msg.header.frame_id, data, True, str(msg.format))
     return EncodedImage(stamp, msg.header.frame_id, data, False, str(msg.encoding),
-                        int(msg.height), int(msg.width), int(msg.step))
+                        int(msg.height), int(msg.width), int(msg.step), bool(msg.is_bigendian))
 
 
 def odometry_from_msg(msg: Any) -> OdometrySample:

@@ -12,21 +12,22 @@ from .conversions import ns_to_time
 
 # Stage keys always present in the inference status (nan until the first inference).
 STAGE_KEYS = (
-    't_image_decode_ms', 't_preprocess_ms', 't_vision_ms', 't_prefill_ms', 't_decode_ms',
-    'decode_tokens', 't_diffusion_ms', 't_postprocess_ms', 't_engine_total_ms', 't_path_build_ms',
-    't_total_ms', 't_node_overhead_ms',
+    't_image_decode_ms', 't_frame_decode_max_ms', 't_preprocess_ms', 't_vision_ms',
+    't_prefill_ms', 't_decode_ms', 'decode_tokens', 't_diffusion_ms', 't_postprocess_ms',
+    't_engine_total_ms', 't_path_build_ms', 't_total_ms', 't_node_overhead_ms',
     'input_age_ms', 'dma_ms', 'stall_ms', 'bytes_streamed',
 )
 # Reasons that mean broken data rather than timing; reported as ERROR, the rest as WARN.
 _ERROR_REASONS = frozenset({
-    input_errors.IMAGE_ENCODING, input_errors.IMAGE_STEP, input_errors.IMAGE_TRUNCATED,
-    input_errors.IMAGE_CORRUPT, input_errors.IMAGE_SIZE_MISMATCH, input_errors.ODOMETRY_NONFINITE,
-    input_errors.CAMERA_STOPPED, input_errors.CAMERA_MISSING,
+    input_errors.IMAGE_ENCODING, input_errors.IMAGE_STEP_INVALID, input_errors.IMAGE_TRUNCATED,
+    input_errors.IMAGE_CORRUPT, input_errors.IMAGE_TOO_LARGE, input_errors.IMAGE_SIZE_MISMATCH,
+    input_errors.ODOMETRY_NONFINITE, input_errors.CAMERA_STOPPED, input_errors.CAMERA_MISSING,
 })
 SKIP_IN_FLIGHT = 'inference_in_flight'
 SKIP_LOADING = 'model_loading'
 SKIP_MODEL_ERROR = 'model_error'
 SKIP_NO_NEW_INPUT = 'no_new_input'  # t0 not newer than the last inference's
+DECODE_SLOW = 'image_decode_slow'   # a warning, not a skip: the inference still runs
 OK, WARN, ERROR = 0, 1, 2  # DiagnosticStatus levels as ints (the message field is a byte)
 
 

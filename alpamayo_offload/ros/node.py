@@ -41,6 +41,7 @@ from ..assembly import (
     EncodedImage,
     FrameSizing,
     InputError,
+    JpegDecoder,
     Selection,
     StampedBuffer,
     check_resolution,
@@ -74,6 +75,8 @@ class AlpamayoOffloadNode(Node):
         self._status = diag.NodeStatus()
         self._engine: Any = None
         self._sizing: FrameSizing | None = None   # the model's, once loaded
+        self._jpeg_decoder = _jpeg_decoder(self._cfg)
+        self._cfg = self._sized(self._cfg)
         self._inflight: Future[None] | None = None
         self._serial = 0   # numbers input evaluations, so a late worker never hides a newer one
         self._worker = ThreadPoolExecutor(1, thread_name_prefix='inference')
@@ -189,7 +192,7 @@ class AlpamayoOffloadNode(Node):
 
         def ahead(slot: int, frame: EncodedImage) -> Future[Decoded] | None:
             nonlocal ready_ahead
-            found = self._cameras[slot].ready(frame, cfg.assembly.frame_size)
+            found = self._cameras[slot].ready(frame, cfg.assembly)
             ready_ahead += found is not None
             return found
 
@@ -199,8 +202,16 @@ class AlpamayoOffloadNode(Node):
         except InputError as err:
             self._input_failed(err, serial)
             return
+        slowest = inputs.slowest_frame_decode_s
         with self._lock:
-            self._status.report_input(serial, diag.OK, 'inputs valid', '')
+            if cfg.decode_warn_s and slowest > cfg.decode_warn_s:
+                self._status.report_input(
+                    serial, diag.WARN, f'{diag.DECODE_SLOW}: inputs valid, but a frame took '
+                    f'{slowest * 1e3:.0f} ms to decode (images.decode_warn_ms '
+                    f'{cfg.decode_warn_s * 1e3:g}); large frames or too little CPU',
+                    diag.DECODE_SLOW)
+            else:
+                self._status.report_input(serial, diag.OK, 'inputs valid', '')
         try:
             result = self._engine.infer(inputs)
         except Exception as err:  # noqa: BLE001 - EngineInputError/EngineError and anything else
@@ -230,6 +241,7 @@ class AlpamayoOffloadNode(Node):
             st.stages.update(timings)
             st.stages.update({
                 't_image_decode_ms': inputs.decode_s * 1e3, 'frames_decoded_ahead': ready_ahead,
+                't_frame_decode_max_ms': slowest * 1e3,
                 'input_image_hw': inputs.images.shape[2:4],   # frames as handed to the engine
                 'decode_ahead_cpu_ms_per_frame': self._ahead_cpu_ms_per_frame(),
                 'decode_tokens': result.decode_tokens,
@@ -272,11 +284,9 @@ class AlpamayoOffloadNode(Node):
         return SetParametersResult(successful=True)
 
     def _sized(self, cfg: params.NodeConfig) -> params.NodeConfig:
-        """`cfg` with the model's frame sizing once it is known (parameters do not carry it)."""
-        if self._sizing is None:
-            return cfg
+        """`cfg` with the model's frame sizing (once known) and the JPEG decoder: objects."""
         return dataclasses.replace(cfg, assembly=dataclasses.replace(
-            cfg.assembly, model_sizing=self._sizing))
+            cfg.assembly, model_sizing=self._sizing, jpeg_decoder=self._jpeg_decoder))
 
     def close(self) -> None:
         """Stop the worker threads (an inference in flight finishes first)."""
@@ -284,6 +294,17 @@ class AlpamayoOffloadNode(Node):
         self._decode_pool.shutdown(wait=True)
         if self._ahead_pool is not None:
             self._ahead_pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _jpeg_decoder(cfg: params.NodeConfig) -> JpegDecoder | None:
+    """Build the GPU JPEG decoder for `images.decoder: gpu`; None decodes on the CPU."""
+    if cfg.decoder != 'gpu':
+        return None
+    from ..engine.gpu_jpeg import GpuJpegUnavailableError, TorchvisionJpegDecoder  # noqa: PLC0415
+    try:
+        return TorchvisionJpegDecoder(str(cfg.engine['device']))
+    except GpuJpegUnavailableError as err:
+        raise ParameterError(str(err)) from err
 
 
 def main(args: list[str] | None = None, engine_loader: EngineLoader = load_engine) -> None:

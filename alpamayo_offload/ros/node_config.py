@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..assembly import AssemblyConfig
+from ..assembly import DEFAULT_MAX_PIXELS, AssemblyConfig
 from ..planning import NO_LAYERS, PlanFileError, resident_from_param
 from .errors import ParameterError
 from .vram import check_budget_spec
@@ -26,6 +26,7 @@ SEQUENCES = ('vit', 'lm', 'expert')
 MAX_AUTO_DECODE_THREADS = 16   # 4 cameras x 4 frames
 TRANSPORTS = ('raw', 'compressed')
 RELIABILITIES = ('best_effort', 'reliable')
+DECODERS = ('auto', 'cpu', 'gpu')
 
 # name -> (default, description).
 PARAMETERS: dict[str, tuple[Any, str]] = {
@@ -65,6 +66,16 @@ PARAMETERS: dict[str, tuple[Any, str]] = {
                                                  'model takes frames 0.1 s apart); 0: every '
                                                  'frame, which cameras above ~12 Hz need for '
                                                  'their frames to be ready (t0 is any frame)'),
+    'images.max_pixels': (DEFAULT_MAX_PIXELS,
+                          'largest frame accepted, in pixels (width x height, read from the '
+                          'header before decoding; larger frames are rejected as '
+                          'image_too_large); the default admits 8K (33.2 M)'),
+    'images.decoder': ('auto', "JPEG decoder: 'cpu' (cv_bridge/OpenCV, libjpeg-turbo), 'gpu' "
+                               "(nvJPEG through torchvision, CUDA devices only) or 'auto' (the "
+                               'CPU: chosen until a measurement shows the GPU cheaper)'),
+    'images.decode_warn_ms': (100.0, 'a frame whose decode + resize takes longer than this '
+                                     'raises a warning in the input diagnostics '
+                                     '(image_decode_slow); 0: never'),
     'cameras.slots': ([0, 1, 2, 6], 'Alpamayo camera index of each camera topic'),
     'cameras.topics': (['~/input/camera_0/image', '~/input/camera_1/image',
                         '~/input/camera_2/image', '~/input/camera_6/image'],
@@ -98,6 +109,7 @@ PARAMETERS: dict[str, tuple[Any, str]] = {
 RESTART_ONLY = frozenset(
     {'model', 'device', 'mode', 'vram_budget', 'embed_on_host', 'fused_norms', 'tokenizer_dir',
      'images.decode_threads', 'images.decode_ahead', 'images.decode_ahead_min_interval_s',
+     'images.decoder',
      'inference.threads', 'odometry.topic', 'buffers.camera_depth',
      'buffers.odometry_depth', 'diagnostics.period_s'}
     | {k for k in PARAMETERS if k.startswith(('resident_layers.', 'decode.', 'cameras.'))})
@@ -142,6 +154,8 @@ class NodeConfig:
     decode_threads: int
     decode_ahead: bool
     decode_ahead_min_interval_s: float
+    decoder: str                    # 'cpu' or 'gpu' ('auto' resolved)
+    decode_warn_s: float            # 0: never warn
     torch_threads: int
     camera_depth: int
     odometry_depth: int
@@ -156,6 +170,9 @@ class NodeConfig:
             raise ParameterError('images.decode_ahead_min_interval_s '
                                  f'{self.decode_ahead_min_interval_s} must be >= 0 seconds '
                                  '(0: decode every frame ahead)')
+        if self.decode_warn_s < 0:
+            raise ParameterError(f'images.decode_warn_ms {self.decode_warn_s * 1e3} must be >= 0 '
+                                 '(0: never warn)')
         if self.torch_threads < 0:
             raise ParameterError(f'inference.threads {self.torch_threads} must be >= 0 '
                                  '(0: torch default)')
@@ -190,6 +207,14 @@ def _build(v: dict[str, Any]) -> NodeConfig:
     if (h == 0) != (w == 0) or h < 0 or w < 0:
         raise ParameterError(f'images.height {h} / images.width {w}: both > 0, or both 0 (the '
                              "model's own input size)")
+    if v['images.decoder'] not in DECODERS:
+        raise ParameterError(f"images.decoder {v['images.decoder']!r} must be one of {DECODERS}")
+    if v['images.decoder'] == 'gpu' and not str(v['device']).startswith('cuda'):
+        raise ParameterError(f"images.decoder 'gpu' needs a CUDA device (device is "
+                             f"{v['device']!r}); use 'cpu' or 'auto'")
+    max_pixels = int(v['images.max_pixels'])
+    if max_pixels < 1:
+        raise ParameterError(f'images.max_pixels {max_pixels} must be >= 1')
     budget = v['vram_budget']
     if not isinstance(budget, str):
         raise ParameterError(f'vram_budget {budget!r} must be a string such as "12GiB", '
@@ -224,7 +249,7 @@ def _build(v: dict[str, Any]) -> NodeConfig:
         odometry_tolerance_s=float(v['sync.odometry_tolerance_s']),
         max_input_age_s=float(v['sync.max_input_age_s']),
         max_camera_skew_s=float(v['sync.max_camera_skew_s']),
-        image_size_hw=(h, w) if h else None)
+        image_size_hw=(h, w) if h else None, max_pixels=max_pixels)
     return NodeConfig(
         engine=engine, vram_budget=budget.strip(), assembly=assembly,
         cameras=tuple(CameraInput(s, t, tr == 'compressed')
@@ -236,6 +261,8 @@ def _build(v: dict[str, Any]) -> NodeConfig:
         decode_threads=_decode_threads(int(v['images.decode_threads'])),
         decode_ahead=bool(v['images.decode_ahead']),
         decode_ahead_min_interval_s=float(v['images.decode_ahead_min_interval_s']),
+        decoder='gpu' if v['images.decoder'] == 'gpu' else 'cpu',
+        decode_warn_s=float(v['images.decode_warn_ms']) / 1e3,
         torch_threads=int(v['inference.threads']),
         camera_depth=int(v['buffers.camera_depth']),
         odometry_depth=int(v['buffers.odometry_depth']),

@@ -18,11 +18,16 @@ from PIL import Image
 from rosbags.rosbag2 import StoragePlugin, Writer
 from rosbags.typesys import Stores, get_typestore
 
+from ..assembly import RAW_ENCODINGS
+
 LOG = logging.getLogger(__name__)
 _NS = 1_000_000_000
-_CHANNELS = {'rgb8': 3, 'bgr8': 3, 'rgba8': 4, 'bgra8': 4, 'mono8': 1}
 # Faults injected from fault_after_s for fault_duration_s (image faults: fault_slot only).
-FAULTS = ('encoding', 'truncated', 'step', 'corrupt', 'size', 'nan_odometry', 'odometry_gap')
+# too_large: the frame's header claims 16000 x 12000 pixels (raw: height/width; JPEG: its SOF).
+FAULTS = ('encoding', 'truncated', 'step', 'corrupt', 'size', 'too_large', 'nan_odometry',
+          'odometry_gap')
+_BAYER = {'rggb': ('RG', 'GB'), 'bggr': ('BG', 'GR'), 'gbrg': ('GB', 'RG'), 'grbg': ('GR', 'BG')}
+_HUGE_HW = (12000, 16000)
 
 
 @dataclass(frozen=True)
@@ -32,7 +37,8 @@ class DriveConfig:
     duration_s: float = 4.0
     storage: str = 'mcap'              # 'mcap' or 'sqlite3'
     image_format: str = 'raw'          # 'raw', 'jpeg' or 'png'
-    encoding: str = 'rgb8'             # raw only: rgb8, bgr8, rgba8, bgra8, mono8
+    encoding: str = 'rgb8'             # raw only: any of assembly.RAW_ENCODINGS
+    compressed_format: str = ''        # CompressedImage.format written ('': image_format)
     width: int = 160
     height: int = 96
     camera_rate_hz: float = 10.0
@@ -63,8 +69,10 @@ class DriveConfig:
             raise ValueError(f"storage {self.storage!r} must be 'mcap' or 'sqlite3'")
         if self.image_format not in ('raw', 'jpeg', 'png'):
             raise ValueError(f"image_format {self.image_format!r} must be 'raw', 'jpeg' or 'png'")
-        if self.encoding not in _CHANNELS:
-            raise ValueError(f'encoding {self.encoding!r} must be one of {sorted(_CHANNELS)}')
+        if self.encoding not in RAW_ENCODINGS:
+            raise ValueError(f'encoding {self.encoding!r} must be one of {sorted(RAW_ENCODINGS)}')
+        if RAW_ENCODINGS[self.encoding].channels == 2 and self.width % 2:
+            raise ValueError(f'{self.encoding} packs pixel pairs: width {self.width} must be even')
         for name in ('duration_s', 'camera_rate_hz', 'odom_rate_hz', 'width', 'height'):
             if not getattr(self, name) > 0:
                 raise ValueError(f'{name} = {getattr(self, name)} must be > 0')
@@ -119,26 +127,66 @@ def camera_frame(cfg: DriveConfig, slot: int, t_s: float) -> np.ndarray:
     return img.clip(0, 255).astype(np.uint8)
 
 
+def _yuv422(rgb: np.ndarray, uyvy: bool) -> np.ndarray:
+    """Packed 4:2:2 (BT.601 limited range, chroma of each pair's first pixel), (H, W, 2)."""
+    r, g, b = (rgb[..., i].astype(np.float32) for i in range(3))
+    y = 16 + 0.257 * r + 0.504 * g + 0.098 * b
+    u = (128 - 0.148 * r - 0.291 * g + 0.439 * b)[:, ::2]
+    v = (128 + 0.439 * r - 0.368 * g - 0.071 * b)[:, ::2]
+    parts = (u, y[:, ::2], v, y[:, 1::2]) if uyvy else (y[:, ::2], u, y[:, 1::2], v)
+    packed = np.stack(parts, axis=2).reshape(rgb.shape[0], rgb.shape[1], 2)
+    return np.rint(packed).clip(0, 255).astype(np.uint8)
+
+
+def _mosaic(rgb: np.ndarray, pattern: str) -> np.ndarray:
+    """Bayer samples (H, W): each pixel keeps the channel its place in the 2x2 pattern names."""
+    out = np.empty(rgb.shape[:2], rgb.dtype)
+    for dy, row in enumerate(_BAYER[pattern]):
+        for dx, colour in enumerate(row):
+            out[dy::2, dx::2] = rgb[dy::2, dx::2, 'RGB'.index(colour)]
+    return out
+
+
+def _raw_pixels(rgb: np.ndarray, encoding: str) -> np.ndarray:
+    """Return the samples of `encoding` (16-bit forms: 8-bit values x 257, little-endian)."""
+    if encoding in ('mono8', 'mono16'):
+        px = np.asarray(Image.fromarray(rgb).convert('L'))
+    elif encoding.startswith('bayer_'):
+        px = _mosaic(rgb, encoding[6:10])
+    elif encoding in ('yuv422', 'uyvy', 'yuv422_yuy2', 'yuyv'):
+        return _yuv422(rgb, uyvy=encoding in ('yuv422', 'uyvy'))
+    else:
+        px = rgb[..., ::-1] if encoding.startswith('bgr') else rgb
+        if encoding.endswith('a8'):
+            px = np.concatenate([px, np.full(px.shape[:2] + (1,), 255, np.uint8)], axis=2)
+    if RAW_ENCODINGS[encoding].sample_bytes == 2:
+        return (px.astype(np.uint16) * 257).astype('<u2')
+    return px
+
+
 def _encode(cfg: DriveConfig, rgb: np.ndarray) -> tuple[bytes, int]:
     if cfg.image_format != 'raw':
         buf = io.BytesIO()
         kwargs = {'quality': cfg.jpeg_quality} if cfg.image_format == 'jpeg' else {}
         Image.fromarray(rgb).save(buf, format=cfg.image_format.upper(), **kwargs)
         return buf.getvalue(), 0
-    enc = cfg.encoding
-    if enc == 'mono8':
-        px = np.asarray(Image.fromarray(rgb).convert('L'))[..., None]
-    else:
-        px = rgb[..., ::-1] if enc.startswith('bgr') else rgb
-        if enc.endswith('a8'):
-            px = np.concatenate([px, np.full(px.shape[:2] + (1,), 255, np.uint8)], axis=2)
-    return np.ascontiguousarray(px).tobytes(), cfg.width * _CHANNELS[enc]
+    px = _raw_pixels(rgb, cfg.encoding)
+    return (np.ascontiguousarray(px).tobytes(),
+            cfg.width * RAW_ENCODINGS[cfg.encoding].bytes_per_pixel)
+
+
+def _claim_huge_jpeg(data: bytes) -> bytes:
+    """Edit the JPEG's frame header (SOF0) to claim 16000 x 12000 pixels."""
+    out = bytearray(data)
+    sof = out.index(b'\xff\xc0')
+    out[sof + 5:sof + 9] = _HUGE_HW[0].to_bytes(2, 'big') + _HUGE_HW[1].to_bytes(2, 'big')
+    return bytes(out)
 
 
 def _inject(fault: str, data: bytes, step: int, encoding: str) -> tuple[bytes, int, str]:
     """Break one encoded frame the way `fault` names (size faults are made before encoding)."""
     if fault == 'encoding':
-        return data, step, 'yuv422' if step else 'webp'
+        return data, step, '32FC1' if step else 'webp'
     if fault == 'truncated':
         return data[:len(data) // 2], step, encoding
     if fault == 'step':
@@ -146,6 +194,8 @@ def _inject(fault: str, data: bytes, step: int, encoding: str) -> tuple[bytes, i
     if fault == 'corrupt':
         mid = len(data) // 3
         return data[:16] + bytes(255 - b for b in data[16:mid]) + data[mid:], step, encoding
+    if fault == 'too_large' and not step:
+        return _claim_huge_jpeg(data), step, encoding
     return data, step, encoding
 
 
@@ -204,13 +254,17 @@ def write_drive(path: Path, cfg: DriveConfig) -> Path:
             if hit and cfg.fault == 'size':
                 frame_cfg = replace(cfg, width=cfg.width + 16, fault='')
             data, step = _encode(frame_cfg, camera_frame(frame_cfg, slot, t_s))
-            encoding = cfg.encoding if cfg.image_format == 'raw' else cfg.image_format
+            encoding = cfg.encoding if cfg.image_format == 'raw' else \
+                cfg.compressed_format or cfg.image_format
+            height, width = cfg.height, frame_cfg.width
             if hit:
                 data, step, encoding = _inject(cfg.fault, data, step, encoding)
+                if cfg.fault == 'too_large' and step:
+                    (height, width), step = _HUGE_HW, step * _HUGE_HW[1] // width
             hdr = header(stamp, cfg.frame_id_for(slot))
             array = np.frombuffer(data, dtype=np.uint8)
             if cfg.image_format == 'raw':
-                msg = t[img_type](header=hdr, height=cfg.height, width=frame_cfg.width,
+                msg = t[img_type](header=hdr, height=height, width=width,
                                   encoding=encoding, is_bigendian=0, step=step, data=array)
             else:
                 msg = t[img_type](header=hdr, format=encoding, data=array)

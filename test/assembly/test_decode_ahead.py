@@ -78,7 +78,7 @@ def settle(bufs: dict[int, DecodeAheadBuffer]) -> None:
 
 
 def lookup(bufs: dict[int, DecodeAheadBuffer]):
-    return lambda slot, frame: bufs[slot].ready(frame, CFG.image_size_hw)
+    return lambda slot, frame: bufs[slot].ready(frame, CFG)
 
 
 def snapshot(bufs: dict[int, DecodeAheadBuffer]) -> dict[int, list[EncodedImage]]:
@@ -124,7 +124,7 @@ def test_size_change_at_run_time_is_not_served_stale_pixels() -> None:
         settle(bufs)
         other = AssemblyConfig(image_size_hw=(30, 54))
         sel = select_inputs(snapshot(bufs), odometry(), other)
-        got = decode_selection(sel, other, pool, lambda s, f: bufs[s].ready(f, other.image_size_hw))
+        got = decode_selection(sel, other, pool, lambda s, f: bufs[s].ready(f, other))
     assert got.images.shape == (4, 4, 30, 54, 3)
     assert sum(b.stats.hits for b in bufs.values()) == 0
 
@@ -150,7 +150,7 @@ def test_bad_frame_decoded_ahead_gives_its_reason_when_selected(fault: str, reas
         settle(bufs)
         sel = select_inputs(snapshot(bufs), odometry(), CFG)
         if fault != 'size':                                    # the failure is stored ahead
-            stored = bufs[slot].ready(bad, CFG.image_size_hw)
+            stored = bufs[slot].ready(bad, CFG)
             assert stored is not None and isinstance(stored.exception(), InputError)
         with pytest.raises(InputError) as ahead:
             decode_selection(sel, CFG, pool, lookup(bufs))

@@ -70,7 +70,7 @@ def test_each_transport_resized_to_the_tiny_model_size_is_the_full_frame(transpo
     sizing = ImageSizing.of(cfg)
     images = [encoded(camera_rgb(seed), transport) for seed in range(2)]
     full = np.stack([decode_image(im, None)[0] for im in images])
-    small, src = zip(*(decode_image(im, sizing) for im in images), strict=True)
+    small, src, _ = zip(*(decode_image(im, sizing) for im in images), strict=True)
     assert set(src) == {(1080, 1920)} and full.shape[1:3] == (1080, 1920)
     assert np.stack(small).shape[1:3] == sizing.size_hw(1080, 1920) == (64, 96)
     (a, grid_a), (b, grid_b) = pixels(full, cfg), pixels(np.stack(small), cfg)
@@ -81,14 +81,14 @@ def test_release_model_size_is_the_full_frame_and_a_two_stage_resize_is_not() ->
     cfg = AlpamayoConfig()
     sizing = ImageSizing.of(cfg)
     image = encoded(camera_rgb(7), 'jpeg')
-    full, _ = decode_image(image, None)
-    small, _ = decode_image(image, sizing)
+    full, _, _ = decode_image(image, None)
+    small, _, _ = decode_image(image, sizing)
     assert small.shape == (320, 576, 3)
     assert torch.equal(pixels(full[None], cfg)[0], pixels(small[None], cfg)[0])
     # why the node resizes straight to the model's size: 1080p -> 320x576 -> 64x96 (what the
     # node did for every model) is not what the tiny model makes of the 1080p frame
     tiny = tiny_config()
-    via_release, _ = decode_image(image, ImageSizing.of(tiny))
+    via_release, _, _ = decode_image(image, ImageSizing.of(tiny))
     two_stage = np.asarray(ImageSizing.of(tiny).resize(Image.fromarray(small)))
     assert two_stage.shape == via_release.shape == (64, 96, 3)
     assert not np.array_equal(two_stage, via_release)
@@ -111,7 +111,7 @@ def test_frames_decoded_ahead_at_the_model_size_give_prepare_inputs_the_full_fra
         wait([e.future for b in bufs.values() for e in b._decodes.values()])
         sel = select_inputs({s: b.snapshot() for s, b in bufs.items()}, odom, node_cfg)
         node = decode_selection(sel, node_cfg, pool,
-                                lambda s, f: bufs[s].ready(f, node_cfg.frame_size))
+                                lambda s, f: bufs[s].ready(f, node_cfg))
     assert sum(b.stats.hits for b in bufs.values()) == 16
     native = assemble(cams, odom, AssemblyConfig())   # no model sizing: the frames as sent
     assert native.images.shape == (4, 4, 1080, 1920, 3)
@@ -140,7 +140,9 @@ def test_nothing_decoded_ahead_before_the_size_is_known() -> None:
             buf.push(frame, loaded)
         wait([e.future for e in buf._decodes.values()])
         assert buf.decodes_held() == 2
-        assert buf.ready(frames[0], loaded.frame_size) is None     # decoded on demand
-        ready = buf.ready(frames[3], ImageSizing.of(tiny_config()))  # an equal sizing value
+        assert buf.ready(frames[0], loaded) is None     # decoded on demand
+        equal = AssemblyConfig(model_sizing=ImageSizing.of(tiny_config()))   # an equal sizing
+        ready = buf.ready(frames[3], equal)
         assert ready is not None and ready.result()[0].shape == (64, 96, 3)
-        assert buf.ready(frames[2], ImageSizing.of(AlpamayoConfig())) is None   # another model
+        other = AssemblyConfig(model_sizing=ImageSizing.of(AlpamayoConfig()))   # another model
+        assert buf.ready(frames[2], other) is None

@@ -159,3 +159,22 @@ def test_unstamped_topic(bag_factory, tmp_path: Path) -> None:
     with pytest.raises(BagError, match=r"topic '/localization/odometry': every header stamp is "
                        r'zero'):
         prepare_bag(bag, replay_config(drive))
+
+
+@pytest.mark.parametrize(('fault', 'image_format', 'reason'), [
+    ('too_large', 'raw', 'image_too_large'), ('too_large', 'jpeg', 'image_too_large'),
+    ('step', 'raw', 'image_step_invalid'), ('truncated', 'raw', 'image_truncated'),
+    ('truncated', 'jpeg', 'image_truncated'), ('corrupt', 'jpeg', 'image_corrupt'),
+])
+def test_bad_images_are_rejections_with_their_reason(bag_factory, tmp_path: Path, fault: str,
+                                                     image_format: str, reason: str) -> None:
+    """A bad frame rejects the samples that select it, with the decoder's reason; no crash."""
+    path, drive = bag_factory(fault=fault, image_format=image_format, fault_after_s=3.0,
+                              fault_duration_s=1.0)
+    cfg = replay_config(drive)
+    bag = prepare_bag(path, cfg)
+    res = replay_session([bag], cfg, PlantedPlannerDouble(bag, cfg.assembly), tmp_path / 'r',
+                         model_info={}, progress=False, bev_count=0)
+    counts = res.metrics['counts']
+    assert res.state.error is None and counts['by_reason'].get(reason, 0) > 0, counts
+    assert counts['done'] > 0, counts

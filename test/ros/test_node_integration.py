@@ -79,8 +79,11 @@ def test_inputs_faster_than_inference_build_no_backlog(tmp_path: Path) -> None:
 FAULT_CASES = {
     'encoding': (DriveConfig(fault='encoding'), 'image_encoding'),
     'truncated': (DriveConfig(fault='truncated'), 'image_truncated'),
-    'step': (DriveConfig(fault='step'), 'image_step'),
+    'step': (DriveConfig(fault='step'), 'image_step_invalid'),
     'corrupt_jpeg': (DriveConfig(fault='corrupt', image_format='jpeg'), 'image_corrupt'),
+    'truncated_jpeg': (DriveConfig(fault='truncated', image_format='jpeg'), 'image_truncated'),
+    'too_large': (DriveConfig(fault='too_large'), 'image_too_large'),
+    'too_large_jpeg': (DriveConfig(fault='too_large', image_format='jpeg'), 'image_too_large'),
     'size': (DriveConfig(fault='size'), 'image_size_mismatch'),
     'nan_odometry': (DriveConfig(fault='nan_odometry'), 'odometry_nonfinite'),
     'odometry_gap': (DriveConfig(fault='odometry_gap'), 'odometry_gap'),
@@ -101,3 +104,34 @@ def test_bad_input_gives_diagnostic_and_node_survives(tmp_path: Path, case: str)
     assert hits, (sorted({s.values.get('reason') for s in res.status('input')}),
                   res.node_output[-3000:])
     assert all(s.level >= 1 and reason in s.message for s in hits)
+
+
+# One camera family each: packed YUV, Bayer, 16-bit, image_transport's compressed format string.
+ENCODING_DRIVES = {
+    'yuv422': DriveConfig(encoding='yuv422'),
+    'bayer_rggb8': DriveConfig(encoding='bayer_rggb8'),
+    'mono16': DriveConfig(encoding='mono16'),
+    'jpeg_format_string': DriveConfig(image_format='jpeg',
+                                      compressed_format='rgb8; jpeg compressed bgr8'),
+}
+
+
+@pytest.mark.parametrize('name', list(ENCODING_DRIVES))
+def test_camera_encoding_families_give_paths(tmp_path: Path, name: str) -> None:
+    drive = DriveConfig(**{**ENCODING_DRIVES[name].__dict__, 'duration_s': 3.0})
+    res = session(tmp_path, drive)
+    assert res.node_alive_at_end, res.node_output[-3000:]
+    ego = [p for p in res.paths if p.topic.endswith('/path')]
+    assert ego and all(np.isfinite(p.xyz).all() for p in ego), res.node_output[-3000:]
+    bad = {s.message for s in res.status('input') if s.values.get('reason', '').startswith('image')}
+    assert not bad, sorted(bad)
+
+
+def test_slow_frame_decode_is_warned_and_inference_goes_on(tmp_path: Path) -> None:
+    res = session(tmp_path, DriveConfig(duration_s=3.0), **{'images.decode_warn_ms': '0.001'})
+    assert res.node_alive_at_end, res.node_output[-3000:]
+    slow = [s for s in res.status('input') if s.values.get('reason') == 'image_decode_slow']
+    assert slow and all(s.level == 1 and 'images.decode_warn_ms' in s.message for s in slow)
+    assert [p for p in res.paths if p.topic.endswith('/path')], res.node_output[-3000:]
+    done = [s for s in res.status('inference') if s.message == 'path published']
+    assert float(done[-1].values['t_frame_decode_max_ms']) > 0.001

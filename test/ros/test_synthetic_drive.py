@@ -9,13 +9,15 @@ from rosbags.typesys import Stores, get_typestore
 
 from alpamayo_offload.assembly import (
     AssemblyConfig,
+    InputError,
     assemble,
+    decode_image,
     future_ground_truth,
     image_from_msg,
     odometry_from_msg,
 )
 from alpamayo_offload.assembly.poses import quat_to_matrix
-from alpamayo_offload.ros.synthetic_drive import DriveConfig, ego_pose, write_drive
+from alpamayo_offload.ros.synthetic_drive import DriveConfig, camera_frame, ego_pose, write_drive
 
 NS = 1_000_000_000
 
@@ -81,3 +83,34 @@ def test_deterministic(tmp_path: Path) -> None:
     b, _ = read_bag(write_drive(tmp_path / 'b', cfg))
     assert [f.stamp_ns for f in a[0]] == [f.stamp_ns for f in b[0]]
     assert a[6][-1].data == b[6][-1].data
+
+
+@pytest.mark.parametrize(('encoding', 'fmt'), [
+    ('yuv422', ''), ('yuyv', ''), ('bayer_rggb8', ''), ('bayer_gbrg16', ''), ('mono16', ''),
+    ('rgb8', 'rgb8; jpeg compressed bgr8'),
+])
+def test_camera_encodings_decode_back_to_the_drawn_frame(tmp_path: Path, encoding: str,
+                                                         fmt: str) -> None:
+    """Each encoding the drive writes decodes (through its bag messages) to the frame drawn."""
+    cfg = DriveConfig(duration_s=0.2, encoding=encoding, image_format='jpeg' if fmt else 'raw',
+                      compressed_format=fmt)
+    cams, _ = read_bag(write_drive(tmp_path / 'bag', cfg))
+    frame = cams[1][0]
+    assert frame.encoding == (fmt or encoding)
+    got = decode_image(frame, None).pixels.astype(float)
+    want = camera_frame(cfg, 1, 0.0).astype(float)
+    if encoding.startswith('mono'):
+        want = np.repeat(want @ np.array([[0.299], [0.587], [0.114]]), 3, axis=2)
+    # demosaicing and 4:2:2 chroma blur the frame's sharp bar edges; the rest matches closely
+    assert np.abs(got - want).mean() < 6.0, np.abs(got - want).mean()
+
+
+@pytest.mark.parametrize(('fmt', 'encoding'), [('raw', 'rgb8'), ('jpeg', 'rgb8')])
+def test_too_large_fault_is_rejected_from_the_header(tmp_path: Path, fmt: str,
+                                                     encoding: str) -> None:
+    cfg = DriveConfig(duration_s=0.2, image_format=fmt, fault='too_large', fault_slot=1,
+                      fault_after_s=0.0)
+    cams, _ = read_bag(write_drive(tmp_path / 'bag', cfg))
+    with pytest.raises(InputError) as err:
+        decode_image(cams[1][0], None)
+    assert err.value.reason == 'image_too_large'
