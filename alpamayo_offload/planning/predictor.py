@@ -15,30 +15,28 @@ the paper's Eq. 1, 2, 5, 6 and 7 (proved in test/planning/test_closed_forms.py).
 `Pipeline.SEQUENTIAL` is the runtime's sequential mode: every copy waits for all compute before it.
 In both of the runtime's modes a layer still in its slot from its previous pass is not copied
 again: a sequence streaming no more layers than there are slots streams nothing after its first
-pass (H200 run 12: the planner's 16 GiB plan streamed 2 of 36 LM layers, and the replay that
-copied them every decode pass predicted decode 39 % slow).
+pass (a near-resident plan that streams two LM layers copies them once, not every decode pass).
 
-A third engine is the host thread that issues the work (profile schema 2): a layer's compute
-cannot start before the host reached its call, nor end before the host issued its last kernel;
-a prefetch copy cannot start before the host issued it (in the previous streamed layer's hook);
-a pass that reads a device value on the host (`host_waits`, or the host-side embedding gather)
-first waits for the compute engine. With everything resident, a pass therefore costs its host
-issue time when that is longer than its compute (the H200 decode pass: ~42 ms of host time for
-~10 ms of compute). A streamed call costs the host its layer's issue time plus the runtime's
-streaming hooks (`host_stream_ms`, schema 3); a resident call only the former, as timed on
-resident layers (`gpu_profile.add_host_terms`). Without host terms (zeros) the host never delays
-anything and the replay is the two-engine one above. Schema 6 profiles, taken with resident
-layers replayed as CUDA graphs, give a streamed call its own eager issue time
-(`host_streamed_layer_ms`: 0.7-0.9 ms against 0.12-0.24 ms graphed for a decode layer on the
-H200, run 12) and
-say how much of the lead follows a host-side gather's wait (`host_prologue_ms`): the gather sits
-right before the model's forward, so the rest of the lead overlaps the previous pass's compute.
+A third engine is the host thread that issues the work: a layer's compute cannot start before
+the host reached its call, nor end before the host issued its last kernel; a prefetch copy
+cannot start before the host issued it (in the previous streamed layer's hook); a pass that
+reads a device value on the host (`host_waits`, or the host-side embedding gather) first waits
+for the compute engine. With everything resident, a pass therefore costs its host issue time
+when that is longer than its compute (a decode pass of small kernels on a slow host). A resident
+call costs the host its layer's issue time as timed on resident layers (`host_layer_ms`; a
+graphed call where the engine replays resident layers as CUDA graphs); a streamed call, never
+graphed, costs its eager issue time (`host_streamed_layer_ms`, several times a graphed one) plus
+the runtime's streaming hooks (`host_stream_ms`). Without host terms (zeros) the host never
+delays anything and the replay is the two-engine one above. A pass that waits only for the
+host-side gather waits right before the model's forward, so only the gather and the forward's
+prologue (`host_prologue_ms`) follow the wait; the rest of the lead overlaps the previous
+pass's compute.
 
 Per-layer compute is the median over the profiled passes, never the mean (one stalled call would
 be charged to every pass). In pipelined mode a copy runs at the machine's pinned host-to-device
 peak when the profile has one: the runtime's double buffer keeps the copy engine at 100 % of it
-(bench_runtime, H200), while copies profiled in the instrumented sequential run came out up to
-2.9 % slower (the LM layers of the H200 profile of 2026-11-29).
+(`bench/bench_runtime.py`), while copies timed one by one in the profiler's instrumented
+sequential run come out a few per cent slower.
 """
 from __future__ import annotations
 
@@ -114,9 +112,8 @@ class Placement:
 
 
 # A phase whose host issue time reaches this share of its busiest GPU engine's time runs at the
-# CPU's pace or close to it: on the H200 VMs such passes moved by +-16 % between runs while
-# copy-bound ones held 1.5 % (docs/benchmarks.md section 3, run 6), and a decode phase at a
-# share of 0.76 was predicted 6 % short (run 7).
+# CPU's pace or close to it: on a shared VM such passes move with the host's speed between runs
+# (by up to 16 %) while copy-bound ones hold within about 1.5 % (docs/benchmarks.md, section 3).
 CPU_SENSITIVE_SHARE = 0.75
 
 

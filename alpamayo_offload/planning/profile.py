@@ -22,18 +22,13 @@ from alpamayo_offload.planning.errors import ProfileFormatError, StaleProfileErr
 LOG = logging.getLogger(__name__)
 
 SCHEMA = 'alpamayo_offload.profile'
+# The only version read: an older file lacks terms the predictor needs (host issue times of
+# graphed and eager calls, device footprints, kernel settings), so it is refused, not guessed.
 SCHEMA_VERSION = 6
-# Version 1 lacks the host issue terms of each phase; it still loads, with the host floor off.
-# Version 2 has them, but the runtime's streaming hooks are not split off (host_stream_ms = 0):
-# it loads, with a resident layer charged the host time of a streamed one.
-# Versions 1-3 lack each layer's device footprint; they load with a bound instead (below).
-# Versions 1-4 lack the kernel settings; theirs are unknown and not checked.
-# Versions 1-5 lack the terms of graphed resident layers: streamed calls then cost the resident
-# issue time and all of the lead follows a host-side gather's wait, as those profiles measured.
-READABLE_VERSIONS = (1, 2, 3, 4, 5, 6)
-# Device bytes a layer may take beyond its parameter bytes when the profile predates footprints:
-# allocator rounding (< 512 B a tensor) and slot alignment, for up to 32 tensors a layer.
-LEGACY_FOOTPRINT_MARGIN = 16 * 1024
+# How to make a profile of the current version (the message of a refused file names it).
+PROFILE_COMMAND = 'alpamayo-offload profile --model MODEL --out profile.json'
+ROS_PROFILE_COMMAND = 'ros2 run alpamayo_offload alpamayo-offload profile --model MODEL ' \
+    '--out profile.json'
 # How the pass count of a phase is set at prediction time: once per inference, once per decode
 # pass (the paper's N), once per diffusion step.
 REPEATS = ('once', 'decode', 'diffusion')
@@ -56,7 +51,8 @@ class SequenceProfile:
     name: str
     layer_bytes: tuple[int, ...]
     dma_ms: tuple[float, ...]       # one pinned H2D copy of the whole layer, measured alone
-    # The runtime's VRAM accounting of each layer (schema 4; empty: bounded from layer_bytes).
+    # The runtime's VRAM accounting of each layer (empty: its parameter bytes, for profiles
+    # built in code without a runtime).
     resident_bytes: tuple[int, ...] = ()
     slot_bytes: tuple[int, ...] = ()
 
@@ -84,15 +80,11 @@ class SequenceProfile:
 
     def resident_footprint(self, index: int) -> int:
         """Device bytes layer `index` takes resident, as the runtime's budget check counts them."""
-        if self.resident_bytes:
-            return self.resident_bytes[index]
-        return self.layer_bytes[index] + LEGACY_FOOTPRINT_MARGIN
+        return self.resident_bytes[index] if self.resident_bytes else self.layer_bytes[index]
 
     def slot_footprint(self, index: int) -> int:
         """Device bytes of one slot that can hold layer `index`."""
-        if self.slot_bytes:
-            return self.slot_bytes[index]
-        return self.layer_bytes[index] + LEGACY_FOOTPRINT_MARGIN
+        return self.slot_bytes[index] if self.slot_bytes else self.layer_bytes[index]
 
 
 @dataclass(frozen=True)
@@ -103,21 +95,19 @@ class PhaseProfile:
     of that pass outside the layers (LM head, merger, action projections, sampling);
     `embed_host_ms` is the extra per-pass time when the token embedding is gathered on the host.
 
-    Host terms (schema 2; empty/zero when not measured): `host_layer_ms[i]` is the CPU time to
-    issue one call of layer i (Python, kernel launches), timed on resident layers where the
-    profiler had the VRAM (`settings['host_timed_resident_layers']` counts them per sequence; a
-    streamed call costs more, beyond the hooks); `host_stream_ms` the extra CPU time of a
-    streamed call, spent in the runtime's hooks (slot binding, issuing the next copy), which a
-    resident layer does not run (schema 3); `host_lead_ms` the CPU time of a pass outside its
-    layers (embedding, masks, positions, the previous pass's head and sampling); `host_waits`
-    whether the pass starts by reading a device value on the host (a sync).
-
-    Schema 6, for resident layers replayed as CUDA graphs: `host_layer_ms` is then a graphed
-    call's time, and `host_streamed_layer_ms[i]` what layer i's call costs eagerly, as a streamed
-    (never graphed) call does beyond the hooks (empty: the same as `host_layer_ms`);
-    `host_prologue_ms` the part of the lead from the start of the model's forward to its first
-    layer, which is all that follows a host-side embedding gather's wait (None: not measured,
-    the whole lead follows it).
+    Host terms (empty/zero when not measured): `host_layer_ms[i]` is the CPU time to issue one
+    call of resident layer i (Python, kernel launches; a graphed call where the engine replays
+    resident layers as CUDA graphs), timed on resident layers where the profiler had the VRAM
+    (`settings['host_timed_resident_layers']` counts them per sequence);
+    `host_streamed_layer_ms[i]` what layer i's call costs eagerly, as a streamed (never graphed)
+    call does beyond the hooks (empty: the same as `host_layer_ms`, an engine without graphs);
+    `host_stream_ms` the extra CPU time of a streamed call, spent in the runtime's hooks (slot
+    binding, issuing the next copy), which a resident layer does not run; `host_lead_ms` the
+    CPU time of a pass outside its layers (embedding, masks, positions, the previous pass's
+    head and sampling); `host_prologue_ms` the part of the lead from the start of the model's
+    forward to its first layer, which is all that follows a host-side embedding gather's wait
+    (None: not measured for the phase, the whole lead follows it); `host_waits` whether the
+    pass starts by reading a device value on the host (a sync).
     """
 
     name: str
@@ -169,9 +159,9 @@ class PhaseProfile:
     def typical_exe_ms(self) -> tuple[float, ...]:
         """Per-layer compute time of a typical pass: the median over the measured passes.
 
-        Not the mean: one host stall inside an instrumented call (310.8 ms on expert layer 17 of
-        one diffusion step on the H200, 2026-11-29, against 0.47 ms in the other nine) would
-        otherwise be charged to every pass of every plan.
+        Not the mean: one host stall inside an instrumented call (hundreds of milliseconds on a
+        layer that otherwise computes in under one) would otherwise be charged to every pass of
+        every plan.
         """
         return tuple(statistics.median(col) for col in zip(*self.exe_ms, strict=True))
 
@@ -193,7 +183,8 @@ class MachineInfo:
     """Where the profile was measured; timings are only valid there.
 
     `kernel_settings`: the settings that chose the kernels (deterministic algorithms, cuBLAS
-    workspace, fused norms; schema 5, '' when unknown), as `kernel_settings()` names them.
+    workspace, fused norms, CUDA graphs), as `engine.identity.kernel_settings()` names them;
+    '' for a profile built in code (the paper's), whose kernels are not checked.
     """
 
     gpu_name: str
@@ -205,7 +196,7 @@ class MachineInfo:
 
     @property
     def fused_norms(self) -> bool:
-        """Whether the model's RMSNorms ran fused (profiles older than fusing were op by op)."""
+        """Whether the model's RMSNorms ran fused (otherwise op by op)."""
         return 'norms=fused' in self.kernel_settings
 
 
@@ -219,7 +210,8 @@ class VramProfile:
     `context_bytes`: device memory the process holds outside the torch allocator (CUDA context);
     only used to turn "free VRAM" into a budget. `working_set_tokens`: the decode-token limit the
     working set was counted for; `working_set_per_token_bytes`: what each further token adds (KV
-    cache, activations), so a plan can be made for the node's own limit (schema 4; 0: unknown).
+    cache, activations), so a plan can be made for the node's own limit (0: not measured, the
+    working set is then counted as profiled).
     """
 
     fixed_bytes: int
@@ -285,7 +277,7 @@ class Profile:
 
     @property
     def host_issue_measured(self) -> bool:
-        """Whether the host issue terms were measured (schema 2 with a host-timing run)."""
+        """Whether the host issue terms were measured (the profiler's host-timed runs)."""
         return any(p.host_layer_ms for p in self.phases)
 
     def without_host_terms(self) -> Profile:
@@ -326,65 +318,58 @@ class Profile:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Profile:
-        """Rebuild a profile from its JSON form; refuses other schemas and unknown versions.
-
-        Version 1 loads without host issue terms (the predictor then ignores the host floor).
-        """
+        """Rebuild a profile from its JSON form; refuses other schemas and other versions."""
+        if data.get('schema') != SCHEMA:
+            raise ProfileFormatError(f'not a profile: schema {data.get("schema")!r}, expected '
+                                     f'{SCHEMA!r}; make one with `{PROFILE_COMMAND}`')
         version = data.get('schema_version')
-        if data.get('schema') != SCHEMA or version not in READABLE_VERSIONS:
+        if version != SCHEMA_VERSION:
             raise ProfileFormatError(
-                f'profile schema {data.get("schema")!r} version {version!r} is not {SCHEMA!r} '
-                f'version {READABLE_VERSIONS}; re-run `alpamayo-offload profile`')
-        if version == 1:
-            LOG.warning('profile schema version 1 has no host issue times: predictions ignore '
-                        'the host floor and under-estimate host-bound plans (e.g. almost all '
-                        'layers resident); re-run `alpamayo-offload profile`')
-        elif version == 2:
-            LOG.warning('profile schema version 2 does not split the streaming hooks off the '
-                        'host issue times: predictions over-estimate host-bound plans with many '
-                        'resident layers; re-run `alpamayo-offload profile`')
-        if version < 4:
-            LOG.warning('profile schema version %s has no per-layer device footprints: plans '
-                        'count %d KiB a layer beyond its parameter bytes to stay within the '
-                        'budget; re-run `alpamayo-offload profile` for exact accounting', version,
-                        LEGACY_FOOTPRINT_MARGIN // 1024)
+                f'profile schema version {version!r} is not supported (this version reads '
+                f'{SCHEMA_VERSION} only); re-profile with `{PROFILE_COMMAND}` (on a ROS install: '
+                f'`{ROS_PROFILE_COMMAND}`)')
         try:
             return cls(
                 model_identity=str(data['model_identity']),
                 machine=MachineInfo(**data['machine']),
-                sequences=tuple(SequenceProfile(name=s['name'],
-                                                layer_bytes=tuple(int(b) for b in s['layer_bytes']),
-                                                dma_ms=tuple(float(x) for x in s['dma_ms']),
-                                                resident_bytes=tuple(
-                                                    int(b) for b in s.get('resident_bytes', ())),
-                                                slot_bytes=tuple(
-                                                    int(b) for b in s.get('slot_bytes', ())))
-                                for s in data['sequences']),
-                phases=tuple(PhaseProfile(name=p['name'], sequence=p['sequence'],
-                                          repeats=p['repeats'],
-                                          exe_ms=tuple(tuple(float(x) for x in row)
-                                                       for row in p['exe_ms']),
-                                          other_ms=tuple(float(x) for x in p['other_ms']),
-                                          embed_host_ms=float(p.get('embed_host_ms', 0.0)),
-                                          host_layer_ms=tuple(float(x) for x in
-                                                              p.get('host_layer_ms', ())),
-                                          host_lead_ms=float(p.get('host_lead_ms', 0.0)),
-                                          host_waits=bool(p.get('host_waits', False)),
-                                          host_stream_ms=float(p.get('host_stream_ms', 0.0)),
-                                          host_streamed_layer_ms=tuple(
-                                              float(x) for x in
-                                              p.get('host_streamed_layer_ms', ())),
-                                          host_prologue_ms=_optional_float(
-                                              p.get('host_prologue_ms')))
-                             for p in data['phases']),
+                sequences=tuple(_sequence(s) for s in data['sequences']),
+                phases=tuple(_phase(p) for p in data['phases']),
                 vram=VramProfile(**data['vram']),
-                host_ms=float(data.get('host_ms', 0.0)),
-                settings=dict(data.get('settings', {})),
-                created_at=str(data.get('created_at', '')),
+                host_ms=float(data['host_ms']),
+                settings=dict(data['settings']),
+                created_at=str(data['created_at']),
             )
         except (KeyError, TypeError, ValueError) as err:
-            raise ProfileFormatError(f'profile is malformed ({err}); re-run '
-                                     f'`alpamayo-offload profile`') from err
+            raise ProfileFormatError(f'profile is malformed ({type(err).__name__}: {err}); '
+                                     f're-profile with `{PROFILE_COMMAND}`') from err
+
+
+def _floats(values: Sequence[Any]) -> tuple[float, ...]:
+    return tuple(float(x) for x in values)
+
+
+def _ints(values: Sequence[Any]) -> tuple[int, ...]:
+    return tuple(int(x) for x in values)
+
+
+def _sequence(data: Mapping[str, Any]) -> SequenceProfile:
+    return SequenceProfile(name=data['name'], layer_bytes=_ints(data['layer_bytes']),
+                           dma_ms=_floats(data['dma_ms']),
+                           resident_bytes=_ints(data['resident_bytes']),
+                           slot_bytes=_ints(data['slot_bytes']))
+
+
+def _phase(data: Mapping[str, Any]) -> PhaseProfile:
+    return PhaseProfile(name=data['name'], sequence=data['sequence'], repeats=data['repeats'],
+                        exe_ms=tuple(_floats(row) for row in data['exe_ms']),
+                        other_ms=_floats(data['other_ms']),
+                        embed_host_ms=float(data['embed_host_ms']),
+                        host_layer_ms=_floats(data['host_layer_ms']),
+                        host_lead_ms=float(data['host_lead_ms']),
+                        host_waits=bool(data['host_waits']),
+                        host_stream_ms=float(data['host_stream_ms']),
+                        host_streamed_layer_ms=_floats(data['host_streamed_layer_ms']),
+                        host_prologue_ms=_optional_float(data['host_prologue_ms']))
 
 
 def save_profile(profile: Profile, path: str | Path) -> str:
@@ -400,12 +385,15 @@ def load_profile(path: str | Path) -> tuple[Profile, str]:
         raw = Path(path).read_bytes()
     except OSError as err:
         raise ProfileFormatError(f'cannot read profile {str(path)!r} ({err}); '
-                                 f'run `alpamayo-offload profile --out {path}` first') from err
+                                 f'make one with `{PROFILE_COMMAND}` first') from err
     try:
         data = json.loads(raw)
     except json.JSONDecodeError as err:
         raise ProfileFormatError(f'profile {str(path)!r} is not JSON ({err})') from err
-    return Profile.from_dict(data), hashlib.sha256(raw).hexdigest()
+    try:
+        return Profile.from_dict(data), hashlib.sha256(raw).hexdigest()
+    except ProfileFormatError as err:
+        raise ProfileFormatError(f'profile {str(path)!r}: {err}') from err
 
 
 def check_profile(profile: Profile, *, gpu_name: str | None = None,
@@ -416,7 +404,8 @@ def check_profile(profile: Profile, *, gpu_name: str | None = None,
 
     Arguments left as None are not checked (e.g. planning on a machine without the target GPU).
     A different torch version, driver or kernel settings only warns: timings shift, the plan's
-    VRAM stays valid. Kernel settings a profile does not record (schema < 5) are not checked.
+    VRAM stays valid. A profile that records no kernel settings (the paper's) is not checked
+    for them.
     """
     mismatches = []
     if gpu_name is not None and gpu_name != profile.machine.gpu_name:

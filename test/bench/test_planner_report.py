@@ -1,4 +1,4 @@
-"""`bench.bench_planner`'s report on this CPU, from a committed H200 run (run 9, A).
+"""`bench.bench_planner`'s report on this CPU, from the committed H200 rows of bench A.
 
 The report has no GPU part, so its diagnostic columns are checked here: the CPU-speed column
 equals the plain device error when the CPU was as fast as at the profile, and moves a row whose
@@ -22,7 +22,8 @@ from bench import bench_planner
 
 ROOT = Path(__file__).resolve().parents[2]
 
-RUN = ROOT / 'docs' / 'results' / '2026-11-30-h200' / 'run9' / 'planner_a'
+RESULTS = ROOT / 'docs' / 'results' / '2026-11-30-h200' / 'run12'
+RUN = RESULTS / 'planner_a_pooled'      # bench A: 16, 14, 12 GiB and the sweep k >= 25
 
 
 def _probed(tmp_path: Path, row_us: dict[str, float]) -> Path:
@@ -46,13 +47,14 @@ def _rows(out: Path) -> list[dict[str, Any]]:
 
 
 def test_cpu_speed_column_is_the_device_error_at_the_profiles_speed(tmp_path: Path) -> None:
-    out = _probed(tmp_path, {'sweep-k31 -': 13.0})
+    out = _probed(tmp_path, {'planned 16.000GiB': 13.0})
     profile, _ = load_profile(out / 'profile.json')
     workload = Workload(profile.measured_passes('decode'), 10)
     for r in _rows(out):
         got = bench_planner._device_error(bench_planner._at_row_cpu(profile, r), r, workload)
-        if r['kind'] == 'sweep-k31':       # decode follows the CPU: 30 % slower issue, slower
-            assert got > r['device_error'] + 0.05
+        if (r['kind'], r['budget']) == ('planned', '16.000GiB'):
+            # decode follows the CPU: 30 % slower issue, a slower prediction
+            assert got > r['device_error'] + 0.03
         else:
             assert got == pytest.approx(r['device_error'], abs=1e-12)
     unprobed = {k: v for k, v in _rows(out)[0].items() if k != 'host_issue_us'}
@@ -64,12 +66,12 @@ def test_report_writes_the_table_from_committed_rows(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, '-m', 'bench.bench_planner', '--report',
                            '--out', str(out)], capture_output=True, text=True, timeout=300,
                           cwd=ROOT)
-    assert done.returncode == 1, done.stderr       # run 9 A missed the 1 % target
+    assert done.returncode == 0, done.stderr       # every row within the 1 % target
     table = (out / 'bench_planner.md').read_text().splitlines()
     assert "device error at the row's CPU speed" in table[0]
     planned16 = next(line for line in table if line.startswith('| planned | 16.000GiB'))
     cells = [c.strip() for c in planned16.split('|')]
-    assert cells[10] == cells[14] == '+10.27 %'     # device error; at the profile's CPU speed
+    assert cells[10] == cells[14] == '-0.17 %'      # device error; at the profile's CPU speed
     assert cells[16] == '10.0/10.0 (10.0)'
     row = next(r for r in _rows(out) if r['kind'] == 'planned' and r['budget'] == '16.000GiB')
     fastest = min(row['runs_s'])
@@ -82,17 +84,17 @@ def test_report_writes_the_table_from_committed_rows(tmp_path: Path) -> None:
 
 
 def test_headroom_rows_only_where_the_planned_plan_follows_the_cpu() -> None:
-    """Run 11's first profile: only the 16 GiB plan has a decode following the CPU, so
-    `--cpu-headroom 1.5` adds one row, the plan `plan --cpu-headroom 1.5` chooses."""
+    """Bench B's profile: only the 16 GiB plan has a decode following the CPU, so
+    `--cpu-headroom 3` adds one row, the plan `plan --cpu-headroom 3` chooses."""
     from alpamayo_offload.planning.planner import PlannerOptions, plan
 
-    profile, _ = load_profile(RUN.parents[1] / 'run11' / 'planner_a' / 'profile.json')
+    profile, _ = load_profile(RESULTS / 'planner_b' / 'profile.json')
     options = PlannerOptions(workload=Workload(profile.measured_passes('decode'), 10))
     budgets = [b * 2**30 for b in (16, 14, 12, 10, 8)]
     plain = bench_planner.budget_rows(profile, budgets, options, 1.0)
     assert [k for k, _, _ in plain] == ['planned', 'interleaved'] * 5
-    safe = [r for r in bench_planner.budget_rows(profile, budgets, options, 1.5)
+    safe = [r for r in bench_planner.budget_rows(profile, budgets, options, 3.0)
             if r[0].startswith('headroom')]
-    assert [(k, b) for k, b, _ in safe] == [('headroom-1.5', 16 * 2**30)]
+    assert [(k, b) for k, b, _ in safe] == [('headroom-3', 16 * 2**30)]
     assert safe[0][2] == plan(profile, 16 * 2**30, dataclasses.replace(
-        options, cpu_headroom=1.5)).placement
+        options, cpu_headroom=3.0)).placement

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 from pathlib import Path
 
 import pytest
@@ -11,7 +10,6 @@ import pytest
 from alpamayo_offload.planning.errors import ProfileFormatError
 from alpamayo_offload.planning.predictor import Placement, Workload, predict
 from alpamayo_offload.planning.profile import (
-    SCHEMA_VERSION,
     MachineInfo,
     PhaseProfile,
     Profile,
@@ -108,34 +106,6 @@ def test_with_host_terms_takes_medians_per_layer_and_pass() -> None:
         with_host_terms(profile, calls[:-1])
 
 
-def test_schema_1_loads_without_host_terms(tmp_path: Path,
-                                           caplog: pytest.LogCaptureFixture) -> None:
-    data = _profile(host_layer=1.0).to_dict()
-    assert data['schema_version'] == SCHEMA_VERSION
-    data['schema_version'] = 1
-    for phase in data['phases']:
-        for key in ('host_layer_ms', 'host_lead_ms', 'host_waits', 'host_stream_ms'):
-            del phase[key]
-    (tmp_path / 'v1.json').write_text(json.dumps(data))
-    with caplog.at_level(logging.WARNING):
-        loaded, _ = load_profile(tmp_path / 'v1.json')
-    assert 'host issue' in caplog.text and not loaded.host_issue_measured
-    assert loaded == dataclasses.replace(_profile(), phases=loaded.phases)
-
-
-def test_schema_2_loads_with_the_streaming_hooks_inside_the_issue_time(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    data = _profile(host_layer=1.0).to_dict()
-    data['schema_version'] = 2
-    for phase in data['phases']:
-        del phase['host_stream_ms']
-    (tmp_path / 'v2.json').write_text(json.dumps(data))
-    with caplog.at_level(logging.WARNING):
-        loaded, _ = load_profile(tmp_path / 'v2.json')
-    assert 'streaming hooks' in caplog.text
-    assert loaded == _profile(host_layer=1.0)
-
-
 def test_without_host_terms_drops_only_the_host_terms() -> None:
     hosted = _profile(host_layer=3.0, lead=2.0, waits=True, stream=0.5)
     bare = hosted.without_host_terms()
@@ -198,9 +168,10 @@ def test_with_host_terms_takes_eager_issue_times_and_the_prologue() -> None:
     assert decode.host_layer_ms == pytest.approx((0.2,) * N)
     assert decode.host_streamed_layer_ms == pytest.approx((1.2,) * N)   # odd ones by ratio
     assert decode.host_prologue_ms == pytest.approx(0.6)         # passes 1-3 (0 is prefill)
-    older = with_host_terms(_profile(), [dict(c, prologue_ms=None) for c in streamed])
-    assert older.phases[0].host_prologue_ms is None
-    assert older.phases[0].host_streamed_layer_ms == ()
+    # no prologue recorded and no eager run (an engine without graphs): neither term
+    plain = with_host_terms(_profile(), [dict(c, prologue_ms=None) for c in streamed])
+    assert plain.phases[0].host_prologue_ms is None
+    assert plain.phases[0].host_streamed_layer_ms == ()
 
 
 def test_only_the_gather_and_the_prologue_follow_a_host_gather_wait() -> None:
@@ -227,7 +198,7 @@ def test_a_layer_still_in_its_slot_is_not_copied_again() -> None:
     assert three.bytes_streamed == 3 * 3 * 100
 
 
-def test_schema_6_terms_survive_json_and_scale_with_the_cpu(tmp_path: Path) -> None:
+def test_graph_terms_survive_json_and_scale_with_the_cpu(tmp_path: Path) -> None:
     phase = dataclasses.replace(_profile(host_layer=0.2).phases[0],
                                 host_streamed_layer_ms=(1.0,) * N, host_prologue_ms=0.3)
     profile = dataclasses.replace(_profile(host_layer=0.2), phases=(phase,))

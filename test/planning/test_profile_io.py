@@ -12,6 +12,7 @@ from alpamayo_offload.planning.errors import ProfileFormatError, StaleProfileErr
 from alpamayo_offload.planning.identity import model_identity
 from alpamayo_offload.planning.predictor import Pipeline, Placement, Workload, predict
 from alpamayo_offload.planning.profile import (
+    SCHEMA_VERSION,
     MachineInfo,
     PhaseProfile,
     Profile,
@@ -67,17 +68,33 @@ def test_kernel_settings_mismatch_warns_and_unrecorded_ones_are_not_checked(
     recorded = replace(base, machine=replace(base.machine, kernel_settings=default))
     with caplog.at_level(logging.WARNING):
         check_profile(recorded, kernel_settings=default)
-        check_profile(base, kernel_settings=strict)        # schema < 5: not recorded
+        check_profile(base, kernel_settings=strict)        # the paper's: not recorded
         assert caplog.text == ''
         check_profile(recorded, kernel_settings=strict)
     assert 'kernel settings' in caplog.text and ':4096:8' in caplog.text
 
 
-def test_profile_without_kernel_settings_loads(tmp_path: Path) -> None:
+@pytest.mark.parametrize('version', [1, 2, 3, 4, 5])
+def test_older_schema_versions_are_refused_with_the_command_that_re_profiles(
+        tmp_path: Path, version: int) -> None:
+    path = tmp_path / f'v{version}.json'
+    path.write_text(json.dumps(table3_profile().to_dict() | {'schema_version': version}))
+    with pytest.raises(ProfileFormatError) as refused:
+        load_profile(path)
+    text = str(refused.value)
+    assert f'schema version {version} is not supported' in text
+    assert f'reads {SCHEMA_VERSION} only' in text and str(path) in text
+    assert '`alpamayo-offload profile --model MODEL --out profile.json`' in text
+    assert '`ros2 run alpamayo_offload alpamayo-offload profile --model MODEL --out ' \
+        'profile.json`' in text
+
+
+def test_a_current_profile_missing_a_field_is_malformed(tmp_path: Path) -> None:
     data = table3_profile().to_dict()
-    del data['machine']['kernel_settings']
-    (tmp_path / 'v4.json').write_text(json.dumps(data | {'schema_version': 4}))
-    assert load_profile(tmp_path / 'v4.json')[0].machine.kernel_settings == ''
+    del data['phases'][0]['host_prologue_ms']
+    (tmp_path / 'p.json').write_text(json.dumps(data))
+    with pytest.raises(ProfileFormatError, match="malformed.*host_prologue_ms"):
+        load_profile(tmp_path / 'p.json')
 
 
 def test_validation_names_field_and_value() -> None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -9,9 +10,13 @@ from pathlib import Path
 import pytest
 
 from alpamayo_offload.planning.params import read_plan_params
-from alpamayo_offload.planning.profile import save_profile
+from alpamayo_offload.planning.profile import load_profile, save_profile
 from alpamayo_offload.profiling import commands
 from testkit.paper import table3_profile
+
+# Bench B's profile of the current H200 results (docs/results/README.md).
+H200_PROFILE = (Path(__file__).resolve().parents[2] / 'docs' / 'results' / '2026-11-30-h200'
+                / 'run12' / 'planner_b' / 'profile.json')
 
 
 def _run(argv: list[str]) -> int:
@@ -44,12 +49,11 @@ def test_plan_writes_the_parameter_file(profile_path: Path, tmp_path: Path,
 
 def test_plan_names_the_phases_that_follow_the_cpu(tmp_path: Path,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
-    """H200 run 6's profile: at 16 GiB decode is near-resident (host 0.94 of the copy time)."""
-    run6 = (Path(__file__).resolve().parents[2] / 'docs' / 'results' / '2026-11-30-h200'
-            / 'run6' / 'planner' / 'profile.json')
+    """Bench B's H200 profile: at 16 GiB decode is near-resident and follows the CPU."""
     for budget, flagged in (('16GiB', 'decode'), ('12GiB', '')):
         out = tmp_path / f'{budget}.yaml'
-        assert _run(['plan', '--profile', str(run6), '--budget', budget, '--out', str(out)]) == 0
+        assert _run(['plan', '--profile', str(H200_PROFILE), '--budget', budget,
+                     '--out', str(out)]) == 0
         assert read_plan_params(out).cpu_sensitive_phases == flagged
     assert 'follows the CPU' in capsys.readouterr().out
 
@@ -57,39 +61,39 @@ def test_plan_names_the_phases_that_follow_the_cpu(tmp_path: Path,
 def test_plan_with_cpu_headroom_takes_16_gib_off_the_cpu(
         tmp_path: Path, caplog: pytest.LogCaptureFixture,
         capsys: pytest.CaptureFixture[str]) -> None:
-    """H200 run 11's first profile: decode follows the CPU at 16 GiB unless headroom 1.33; the
-    output prices each plan with a 1.25 and 1.5 times slower CPU."""
-    run11 = (Path(__file__).resolve().parents[2] / 'docs' / 'results' / '2026-11-30-h200'
-             / 'run11' / 'planner_a' / 'profile.json')
+    """Bench B's H200 profile: decode follows the CPU at 16 GiB unless headroom 3; the output
+    prices each plan with a 1.25 and 1.5 times slower CPU."""
     out = tmp_path / 'safe.yaml'
     slower = {}
-    for headroom in ('1', '1.5'):
-        assert _run(['plan', '--profile', str(run11), '--budget', '16GiB', '--cpu-headroom',
-                     headroom, '--out', str(out)]) == 0
+    for headroom in ('1', '3'):
+        assert _run(['plan', '--profile', str(H200_PROFILE), '--budget', '16GiB',
+                     '--cpu-headroom', headroom, '--out', str(out)]) == 0
         text = capsys.readouterr().out
         got = re.search(r'predicted ([\d.]+) s.*\nwith a slower CPU: x1.25 ([\d.]+) s, '
                         r'x1.5 ([\d.]+) s', text)
         assert got is not None
         slower[headroom] = [float(x) for x in got.groups()]
-    assert slower['1'][0] < slower['1.5'][0] and slower['1'][2] > slower['1.5'][2]
-    assert slower['1.5'][2] < 1.01 * slower['1.5'][0]
-    assert _run(['plan', '--profile', str(run11), '--budget', '16GiB', '--cpu-headroom', '1.33',
-                 '--out', str(out)]) == 0
+    assert slower['1'][0] < slower['3'][0]                # headroom costs at the profiled CPU
+    assert slower['1'][2] > 1.01 * slower['1'][0]         # the fastest plan follows the CPU
+    assert slower['3'][2] < 1.01 * slower['3'][0]         # the headroom plan hardly does
     assert read_plan_params(out).cpu_sensitive_phases == ''
-    assert 'CPU headroom 1.33' in out.read_text()
-    assert _run(['plan', '--profile', str(run11), '--budget', '16GiB', '--cpu-headroom', '0.8',
-                 '--out', str(out)]) == 2
+    assert 'CPU headroom 3' in out.read_text()
+    assert _run(['plan', '--profile', str(H200_PROFILE), '--budget', '16GiB', '--cpu-headroom',
+                 '0.8', '--out', str(out)]) == 2
     assert '--cpu-headroom 0.8' in caplog.text
 
 
-@pytest.mark.parametrize(('run', 'fused'), [('run6/planner', False), ('run7/planner_a', True)])
-def test_plan_file_sets_the_norms_its_profile_was_timed_with(run: str, fused: bool,
-                                                            tmp_path: Path) -> None:
+@pytest.mark.parametrize('fused', [False, True])
+def test_plan_file_sets_the_norms_its_profile_was_timed_with(fused: bool, tmp_path: Path) -> None:
     """Fused norms cut host time 16 % a decode pass: the prediction holds only with the same."""
-    profile = (Path(__file__).resolve().parents[2] / 'docs' / 'results' / '2026-11-30-h200'
-               / run / 'profile.json')
+    profile, _ = load_profile(H200_PROFILE)
+    norms = 'norms=fused' if fused else 'norms=per-op'
+    machine = dataclasses.replace(profile.machine, kernel_settings=profile.machine.kernel_settings
+                                  .replace('norms=fused', norms))
+    path = tmp_path / 'profile.json'
+    save_profile(dataclasses.replace(profile, machine=machine), path)
     out = tmp_path / 'plan.yaml'
-    assert _run(['plan', '--profile', str(profile), '--budget', '12GiB', '--out', str(out)]) == 0
+    assert _run(['plan', '--profile', str(path), '--budget', '12GiB', '--out', str(out)]) == 0
     assert read_plan_params(out).fused_norms is fused
 
 
@@ -139,20 +143,19 @@ def test_plans_are_made_for_the_nodes_decode_limit(profile_path: Path, tmp_path:
 
 
 def test_profile_summary_says_what_was_measured_and_fitted() -> None:
-    """The lines `profile` prints after writing the file, on run 9's B profile (H200)."""
-    from alpamayo_offload.planning.profile import load_profile
-
-    results = Path(__file__).resolve().parents[2] / 'docs' / 'results' / '2026-11-30-h200'
-    profile, _ = load_profile(results / 'run9' / 'planner_b' / 'profile.json')
+    """The lines `profile` prints after writing the file, on bench B's H200 profile."""
+    profile, _ = load_profile(H200_PROFILE)
     lines = commands._summary(profile).splitlines()
-    assert lines[:3] == ['vit: 27 layers, 0.028GiB max, DMA 0.58 ms max',
-                         'lm: 36 layers, 0.359GiB max, DMA 6.98 ms max',
-                         'expert: 36 layers, 0.118GiB max, DMA 2.30 ms max']
-    assert lines[3] == 'pinned copy 54.74 GB/s (highest of 54.74, 51.32, 53.80)'
-    assert lines[4] == 'host pre/postprocessing 57.0 ms'
+    assert lines[:3] == ['vit: 27 layers, 0.028GiB max, DMA 0.57 ms max',
+                         'lm: 36 layers, 0.359GiB max, DMA 6.96 ms max',
+                         'expert: 36 layers, 0.118GiB max, DMA 2.29 ms max']
+    assert lines[3] == 'pinned copy 55.50 GB/s (highest of 55.34, 55.50, 55.39)'
+    assert lines[4] == 'host pre/postprocessing 11.8 ms'
     assert lines[5:] == [
-        'vision: non-layer time 18.3 ms sequential, 14.1 ms fitted to a pipelined run',
-        'prefill: non-layer time 7.9 ms sequential, 0.1 ms fitted to a pipelined run']
-    # a profile from before the fit and the probes (the paper's) says only what it has
+        'vision: non-layer time 10.9 ms sequential, 5.6 ms fitted to a pipelined run',
+        'prefill: non-layer time 8.3 ms sequential, 0.5 ms fitted to a pipelined run',
+        'decode: non-layer time 0.5 ms sequential, 0.0 ms fitted to a pipelined run',
+        'diffusion: non-layer time 0.4 ms sequential, 0.0 ms fitted to a pipelined run']
+    # a profile without the fit and the probes (the paper's) says only what it has
     assert commands._summary(table3_profile()).splitlines()[3:] == [
         'pinned copy 33.40 GB/s', 'host pre/postprocessing 0.0 ms']

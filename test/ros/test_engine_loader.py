@@ -92,14 +92,14 @@ def test_replan_takes_the_planner_placement_only_from_the_matching_profile(
 
 
 def test_replan_keeps_the_plan_files_cpu_headroom(caplog: pytest.LogCaptureFixture) -> None:
-    """H200 run 11's profile: at 16 GiB headroom 1.33 takes decode off the CPU; the node's
+    """Bench B's H200 profile: at 16 GiB headroom 3 takes decode off the CPU; the node's
     re-plan follows the plan file, and a headroom out of range is a warning, not a crash."""
     path = (Path(__file__).resolve().parents[2] / 'docs' / 'results' / '2026-11-30-h200'
-            / 'run11' / 'planner_a' / 'profile.json')
+            / 'run12' / 'planner_b' / 'profile.json')
     profile, digest = load_profile(path)
     ref = profile_ref(path, digest)
     budget = ResolvedBudget('16GiB', 16 * 2**30, None)
-    for headroom in (1.0, 1.33):
+    for headroom in (1.0, 3.0):
         got = _replan(ref, budget, 'full', None, fused_norms=True, cpu_headroom=headroom)
         want = plan(profile, 16 * 2**30, PlannerOptions(cpu_headroom=headroom)).placement
         assert got is not None and {m: tuple(v) for m, v in got.resident.items()} == \
