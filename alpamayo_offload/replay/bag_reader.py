@@ -118,6 +118,9 @@ class _Recovered:
 
     def _sqlite(self, f: Path) -> Iterator[RawMessage]:
         con = sqlite3.connect(f'file:{f}?mode=ro', uri=True)
+        # A file shorter than its header says is refused as malformed unless the schema is
+        # writable; then SQLite reads the pages that exist (the connection stays read-only).
+        con.execute('PRAGMA writable_schema=ON')
         try:
             topics = {i: (name, msgtype) for i, name, msgtype in
                       con.execute('SELECT id, name, type FROM topics')}
@@ -215,7 +218,7 @@ class BagReader:
 
     def raw_messages(self, topics: Sequence[str], start_log_ns: int | None = None
                      ) -> Iterator[RawMessage]:
-        """Serialized messages of `topics` in recording order, from `start_log_ns` when given.
+        """Yield serialized messages of `topics` in recording order, from `start_log_ns` if given.
 
         Damage after the start raises `BagError` naming the last good message.
         """
@@ -244,19 +247,23 @@ class BagReader:
             yield conn.topic, conn.msgtype, log_ns, bytes(raw)
 
     def deserialize(self, raw: bytes, msgtype: str) -> Any:
-        """A message object from CDR bytes (the bag's own type definitions when it has them)."""
+        """Deserialize CDR bytes (with the bag's own type definitions when it has them)."""
         if self._reader is not None:
             return self._reader.deserialize(raw, msgtype)
         return self._typestore.deserialize_cdr(raw, msgtype)
 
     def messages(self, topics: Sequence[str], start_log_ns: int | None = None
                  ) -> Iterator[BagMessage]:
-        """Deserialised messages of `topics` in recording order; damage is a `BagError`."""
+        """Deserialised messages of `topics` in recording order; damaged data is a `BagError`.
+
+        A single message that does not deserialise is skipped (the recording scan lists it as
+        the anomaly `message_unreadable`); the samples that needed it are rejected by assembly.
+        """
         for topic, msgtype, log_ns, raw in self.raw_messages(topics, start_log_ns):
             try:
                 msg = self.deserialize(raw, msgtype)
-            except Exception as err:  # the boundary: a message that does not deserialise
-                raise BagError(self.path, f'message does not deserialise as {msgtype} '
-                               f'({type(err).__name__}: {err}); the bag is corrupt',
-                               topic=topic, stamp_ns=log_ns) from err
+            except Exception as err:  # noqa: BLE001 - one bad message: skipped, listed by the scan
+                _LOG.debug('bag %r topic %r at %d: skipped (%s)', str(self.path), topic, log_ns,
+                           err)
+                continue
             yield BagMessage(topic, log_ns, msg)

@@ -121,7 +121,7 @@ def prepare_bag(path: Path | str, cfg: ReplayConfig) -> PreparedBag:
 
 
 def window_start_log_ns(bag: PreparedBag, first_tick: int, cfg: ReplayConfig) -> int | None:
-    """Recording time from which reading gives a tick the same inputs as reading from the start.
+    """Return the recording time from which reading gives a tick its whole-bag inputs.
 
     Everything assembly selects for `first_tick` is stamped after `first_tick - before`; the
     recording time is taken from the odometry sample stamped just before that, less a second for

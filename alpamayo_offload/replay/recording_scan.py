@@ -6,7 +6,8 @@ encoding (raw: the message fields; compressed: the JPEG/PNG header, never the pi
 refuses a bag only for what makes it unusable (a topic without messages or stamps, a clock that
 jumps back); everything else is an anomaly the report lists with its times: gaps, a topic that
 starts late or stops early, non-finite odometry, clock jumps (header stamps against recording
-time), out-of-order stamps, images of unexpected size or encoding, and damage that ended reading.
+time), out-of-order stamps, images of unexpected size or encoding, messages that do not
+deserialise, and damage that ended reading.
 """
 from __future__ import annotations
 
@@ -52,9 +53,8 @@ class RecordingScan:
     damaged: str | None = None
 
 
-def _image_shape(reader: BagReader, raw: bytes, msgtype: str) -> str:
+def _image_shape(msg: Any, msgtype: str) -> str:
     """'WxH encoding' of an image message, decoding no pixels; unreadable headers say why."""
-    msg = reader.deserialize(raw, msgtype)
     if msgtype == IMAGE_TYPE:
         return f'{int(msg.width)}x{int(msg.height)} {msg.encoding}'
     try:
@@ -99,6 +99,7 @@ def scan_recording(reader: BagReader, cfg: ReplayConfig) -> RecordingScan:
     logs: dict[str, list[int]] = {t: [] for t in topics}
     shapes: dict[str, list[tuple[int, str]]] = {c.topic: [] for c in cfg.cameras}
     odometry: list[tuple[OdometrySample, int]] = []
+    unreadable: dict[str, list[int]] = {}
     newest: dict[str, int] = {}
     damaged: str | None = None
     jump: BagError | None = None
@@ -115,10 +116,15 @@ def scan_recording(reader: BagReader, cfg: ReplayConfig) -> RecordingScan:
             newest[topic] = max(prev, stamp)
             stamps[topic].append(stamp)
             logs[topic].append(log_ns)
+            try:
+                msg = reader.deserialize(raw, msgtype)
+            except Exception:  # noqa: BLE001 - listed; replay skips the message too
+                unreadable.setdefault(topic, []).append(stamp)
+                continue
             if topic == cfg.odometry_topic:
-                odometry.append((odometry_from_msg(reader.deserialize(raw, msgtype)), log_ns))
+                odometry.append((odometry_from_msg(msg), log_ns))
             else:
-                shapes[topic].append((stamp, _image_shape(reader, raw, msgtype)))
+                shapes[topic].append((stamp, _image_shape(msg, msgtype)))
     except BagError as err:
         damaged = str(err)   # intact index, damaged data: keep what was read
     if jump is not None:
@@ -135,6 +141,9 @@ def scan_recording(reader: BagReader, cfg: ReplayConfig) -> RecordingScan:
                  if not all(map(math.isfinite, (*s.position, *s.orientation_xyzw)))]
     anomalies += _merged('odometry_nonfinite', cfg.odometry_topic, nonfinite,
                          'odometry pose holds NaN/Inf')
+    for topic, at in unreadable.items():
+        anomalies += _merged('message_unreadable', topic, at,
+                             'message does not deserialise; skipped')
     for topic, seen in shapes.items():
         usual, _ = Counter(shape for _, shape in seen).most_common(1)[0] if seen else ('', 0)
         stats[topic]['image'] = usual

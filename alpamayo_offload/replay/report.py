@@ -171,8 +171,8 @@ def render_markdown(doc: Mapping[str, Any], plots: Sequence[str]) -> str:
            f"horizon: {horizons} ({c['partial_horizons']} with partial horizons).", '']
     if doc.get('error_traceback'):
         out += ['```text', doc['error_traceback'].rstrip(), '```', '']
-    out += ['## Bags', '', '| bag | storage | duration (s) | evaluation times | scored | rejected | '
-            'anomalies | note |', '|---|---|---:|---:|---:|---:|---:|---|']
+    out += ['## Bags', '', '| bag | storage | duration (s) | evaluation times | scored | '
+            'rejected | anomalies | note |', '|---|---|---:|---:|---:|---:|---:|---|']
     for b in doc['bags']:
         note = '; '.join(x for x in (b['note'], b['recovered'] or '', b['damaged'] or '') if x)
         out.append(f"| `{b['path']}` | {b['storage']} | {b['duration_s']:.2f} | "
