@@ -40,12 +40,16 @@ setup(
         'pillow>=10',
         'pyyaml>=6',
         'rosbags>=0.10',
+        # Reads mcap files a killed recorder left without summary/footer (replay recovery).
+        'mcap>=1.1',
         'tqdm>=4.60',
         'matplotlib>=3.7',
     ],
     extras_require={
         'ros-pip': ROS_PIP,
         'test': ['pytest>=7', 'ruff>=0.5', 'colcon-common-extensions>=0.3'],
+        # `alpamayo-offload replay --ray`: samples sharded over a Ray cluster.
+        'ray': ['ray>=2.9'],
     },
     zip_safe=True,
     maintainer='alpamayo_offload maintainers',

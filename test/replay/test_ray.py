@@ -47,13 +47,13 @@ def _one_torch_thread():
 
 
 def _setup(bag_factory, tmp_path: Path):
-    bag, drive = bag_factory(image_format='jpeg', duration_s=6.0)
+    bag, drive = bag_factory(image_format='jpeg', duration_s=5.0)
     fast = tmp_path / 'fast.yaml'
     fast.write_text('/**:\n  ros__parameters:\n    decode:\n      max_tokens: 4\n')
     remaps = [f'~/input/camera_{s}/image:={drive.topic_for(s)}' for s in drive.camera_slots]
     cfg = load_replay_config(
         [NODE_YAML, fast], remaps=parse_remaps([*remaps, f'~/input/odometry:={drive.odom_topic}']),
-        rate_hz=2.0, overrides={'cameras.transports': ['compressed'] * 4},
+        rate_hz=1.0, overrides={'cameras.transports': ['compressed'] * 4},
         engine_overrides={'deterministic': True})
     return cfg, prepare([bag], cfg)
 
@@ -89,22 +89,18 @@ def test_sharded_replay_equals_serial_and_survives_a_killed_worker(
     planner, info, sizing, errors = EngineFactory(cfg.engine, threads=1)()
     serial = replay_session(bags, cfg.with_model_sizing(sizing), planner, tmp_path / 'serial',
                             model_info=info, progress=False, planner_errors=errors, bev_count=0)
-    assert serial.exit_code == 0 and serial.metrics['counts']['scored'] >= 4
+    assert serial.exit_code == 0 and serial.metrics['counts']['scored'] >= 3
 
-    sharded = run_sharded(bags, cfg, EngineFactory(cfg.engine, threads=1), tmp_path / 'ray',
+    # One worker dies on its second sample; its shard runs again on a fresh actor.
+    marker = tmp_path / 'died'
+    sharded = run_sharded(bags, cfg, DyingFactory(cfg.engine, 1, str(marker)), tmp_path / 'ray',
                           workers=2, progress=False, bev_count=0)
-    assert sharded.exit_code == 0
+    assert marker.exists()                              # a worker did die mid-run
+    assert sharded.exit_code == 0 and sharded.metrics['complete']
     assert _deterministic(sharded.metrics) == _deterministic(serial.metrics)
     a = json.loads((tmp_path / 'serial' / 'metrics.json').read_text())
     b = json.loads((tmp_path / 'ray' / 'metrics.json').read_text())
     assert _deterministic(a) == _deterministic(b)      # bit for bit, through JSON too
-
-    marker = tmp_path / 'died'
-    survived = run_sharded(bags, cfg, DyingFactory(cfg.engine, 1, str(marker)),
-                           tmp_path / 'killed', workers=2, progress=False, bev_count=0)
-    assert marker.exists()                              # a worker did die mid-run
-    assert survived.exit_code == 0 and survived.metrics['complete']
-    assert survived.metrics['samples'] == serial.metrics['samples']
 
 
 def test_without_ray_the_option_says_how_to_install(monkeypatch) -> None:
