@@ -15,6 +15,7 @@ import argparse
 import logging
 import math
 import sys
+import traceback
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -30,8 +31,8 @@ from alpamayo_offload.replay.sample_store import SampleStore
 from alpamayo_offload.replay.session import (
     ResultBagOptions,
     SessionResult,
-    finish_session,
     fingerprint,
+    finish_session,
 )
 
 _LOG = logging.getLogger(__name__)
@@ -90,7 +91,7 @@ def make_shards(bags: Sequence[PreparedBag], done: set[tuple[str, int]], count: 
     todo = [(i, t) for i, b in enumerate(bags) for t in b.ticks if (b.key, t) not in done]
     size = max(1, math.ceil(len(todo) / max(count, 1)))
     shards: list[Shard] = []
-    for i, b in enumerate(bags):
+    for i in range(len(bags)):
         mine = [t for j, t in todo if j == i]
         shards += [Shard(i, tuple(mine[k:k + size])) for k in range(0, len(mine), size)]
     return shards
@@ -159,8 +160,6 @@ def run_sharded(bags: Sequence[PreparedBag], cfg: ReplayConfig, factory: Planner
             _LOG.warning('interrupted: %d samples are stored in %s; rerun with --resume',
                          len(store.persisted()), store.path)
         except Exception as err:  # noqa: BLE001 - the run's boundary: the report is still written
-            import traceback
-
             state.error = f'{type(err).__name__}: {err}'
             state.traceback = traceback.format_exc()
             _LOG.error('sharded replay failed: %s', state.error)
@@ -245,7 +244,7 @@ def run_distributed_command(args: argparse.Namespace, cfg: ReplayConfig,
 
 
 def _torch_threads() -> int:
-    """torch's default CPU thread count in this process (what a serial run would use)."""
+    """Return torch's CPU thread count in this process (what a serial run would use)."""
     import torch
 
     return torch.get_num_threads()
