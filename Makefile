@@ -11,7 +11,7 @@ venv: $(STAMP)
 $(STAMP): setup.py constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -c constraints.txt -e '.[ros-pip,test]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[ros-pip,test,ray]'
 	touch $(STAMP)
 
 demo: venv

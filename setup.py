@@ -42,6 +42,8 @@ setup(
         'opencv-python-headless>=4.6',
         'pyyaml>=6',
         'rosbags>=0.10',
+        # Reads mcap files a killed recorder left without summary/footer (replay recovery).
+        'mcap>=1.1',
         'tqdm>=4.60',
         'matplotlib>=3.7',
     ],
@@ -51,6 +53,8 @@ setup(
         # launch_testing pytest plugin released for Humble and Jazzy still implements: with
         # pytest 9, `colcon test` (plugin loaded from the sourced ROS install) stops at collection.
         'test': ['pytest>=7,<9', 'ruff>=0.5', 'colcon-common-extensions>=0.3'],
+        # `alpamayo-offload replay --ray`: samples sharded over a Ray cluster.
+        'ray': ['ray>=2.9'],
     },
     zip_safe=True,
     maintainer='alpamayo_offload maintainers',

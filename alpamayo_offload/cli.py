@@ -21,6 +21,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest='command', required=True)
     for name in _COMMAND_MODULES:
         importlib.import_module(name).register(sub)
+    for command in sub.choices.values():   # `-v` after the sub-command too
+        command.add_argument('-v', '--verbose', action='store_true', default=argparse.SUPPRESS,
+                             help='debug logging')
     return parser
 
 

@@ -35,10 +35,12 @@ PIP_ONLY = {
     'transformers': 'the Qwen3-VL classes need the 5.x API, which a rosdep pip key cannot pin',
     'safetensors': 'no rosdep key',
     'tokenizers': 'no rosdep key',
+    'mcap': 'no rosdep key (replay reads mcap files a killed recorder left without a summary)',
 }
 # Optional extras, imported only where a feature asks for them (with a clear error otherwise).
 OPTIONAL = {
     'torchvision': "images.decoder: gpu (nvJPEG); comes with the CUDA torch wheel",
+    'ray': "alpamayo-offload replay --ray: the setup.py extra 'ray'",
 }
 
 

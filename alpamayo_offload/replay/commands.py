@@ -25,7 +25,18 @@ def register(subparsers: Any) -> None:
     p.add_argument('--plan', type=Path, default=None, metavar='YAML',
                    help='residency plan file from `alpamayo-offload plan` (merged last)')
     p.add_argument('--remap', action='append', default=[], metavar='FROM:=TO',
-                   help='topic remap as in launch, e.g. ~/input/odometry:=/localization/odometry')
+                   help="topic remap as in launch; quote it: '~/input/odometry:=/odom'")
+    p.add_argument('--camera', action='append', default=[], metavar='SLOT=TOPIC[:compressed]',
+                   help='a camera as recorded: Alpamayo slot (0 front-wide, 1 front-tele, 2 '
+                   'cross-left, 6 ...), topic, and ":compressed" for CompressedImage; repeat per '
+                   'camera (replaces the parameter file\'s cameras)')
+    p.add_argument('--odometry', default=None, metavar='TOPIC',
+                   help='nav_msgs/Odometry topic as recorded (replaces odometry.topic)')
+    p.add_argument('--ray', nargs='?', const='local', default=None, metavar='ADDRESS|local',
+                   help='shard samples over Ray actors, one engine each (a running cluster\'s '
+                   'address, or "local"); needs `pip install -e \'.[ray]\'`')
+    p.add_argument('--workers', type=int, default=None, metavar='N',
+                   help='Ray actors (default: the cluster\'s GPUs on CUDA, else 2)')
     p.add_argument('--node-name', default='alpamayo_offload', help='node name that `~` expands to')
     p.add_argument('--out', type=Path, default=Path('replay_report'), help='report directory')
     p.add_argument('--rate', type=float, default=None, metavar='HZ',
@@ -47,6 +58,30 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
+def topic_overrides(cameras: list[str], odometry: str | None) -> dict[str, Any]:
+    """Parameter values for `--camera SLOT=TOPIC[:compressed]` and `--odometry TOPIC`."""
+    from alpamayo_offload.replay.errors import ReplayConfigError
+
+    out: dict[str, Any] = {}
+    parsed = []
+    for spec in cameras:
+        slot, sep, rest = spec.partition('=')
+        topic, _, transport = rest.partition(':')
+        if not sep or not slot.strip().isdigit() or not topic.startswith('/') or \
+                transport not in ('', 'compressed', 'raw'):
+            raise ReplayConfigError(f'--camera {spec!r} must look like SLOT=TOPIC[:compressed], '
+                                    'e.g. 0=/sensing/camera/front/image_raw/compressed:compressed')
+        parsed.append((int(slot), topic, transport or 'raw'))
+    if parsed:
+        parsed.sort()
+        out['cameras.slots'] = [s for s, _, _ in parsed]
+        out['cameras.topics'] = [t for _, t, _ in parsed]
+        out['cameras.transports'] = [tr for _, _, tr in parsed]
+    if odometry:
+        out['odometry.topic'] = odometry
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     """Load configuration, scan bags, build the engine, replay, report; returns the exit status."""
     from alpamayo_offload.replay.errors import ReplayError
@@ -54,6 +89,11 @@ def run(args: argparse.Namespace) -> int:
     from alpamayo_offload.replay.session import ResultBagOptions, prepare, replay_session
 
     overrides = {k: v for k, v in (('model', args.model), ('device', args.device)) if v}
+    try:
+        overrides.update(topic_overrides(args.camera, args.odometry))
+    except ReplayError as err:
+        _LOG.error('%s', err)
+        return 2
     # Bit-identical reruns are the default: torch's deterministic algorithms (matters on CUDA).
     engine_overrides: dict[str, Any] = {'deterministic': not args.no_deterministic}
     if args.sample:
@@ -69,6 +109,10 @@ def run(args: argparse.Namespace) -> int:
     except ReplayError as err:
         _LOG.error('%s', err)
         return 2
+    if args.ray is not None:
+        from alpamayo_offload.replay.distributed import run_distributed_command
+
+        return run_distributed_command(args, cfg, bags)
     from alpamayo_offload.engine import Engine, EngineConfig, EngineError
 
     try:

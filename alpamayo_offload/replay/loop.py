@@ -7,10 +7,11 @@ T, i.e. with everything a node on the sensors' clock would have had at T.
 """
 from __future__ import annotations
 
+import bisect
 import logging
-import struct
 import sys
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from contextlib import nullcontext
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from PIL import Image
 from tqdm import tqdm
 
 from alpamayo_offload.assembly import (
@@ -34,7 +36,13 @@ from alpamayo_offload.replay.bag_reader import BagInfo, BagReader
 from alpamayo_offload.replay.config import ReplayConfig
 from alpamayo_offload.replay.errors import BagError, format_time
 from alpamayo_offload.replay.ground_truth import ground_truth
-from alpamayo_offload.replay.metrics import sample_metrics, yaw_from_rot
+from alpamayo_offload.replay.metrics import (
+    HORIZONS_S,
+    sample_metrics,
+    scored_horizons,
+    yaw_from_rot,
+)
+from alpamayo_offload.replay.recording_scan import scan_recording
 from alpamayo_offload.replay.sample_store import SampleStore
 
 _LOG = logging.getLogger(__name__)
@@ -48,7 +56,7 @@ t0 ego frame (or every sample as `samples_xyz`/`samples_rot`) and `timings` (sta
 
 @dataclass(frozen=True)
 class PreparedBag:
-    """A bag that passed the scan: its odometry, evaluation times and reported anomalies."""
+    """A bag that passed the scan: odometry, evaluation times, topic statistics and anomalies."""
 
     key: str
     info: BagInfo
@@ -56,6 +64,9 @@ class PreparedBag:
     ticks: tuple[int, ...]
     anomalies: tuple[dict[str, Any], ...]
     note: str = ''
+    topics: dict[str, dict[str, Any]] = field(default_factory=dict)
+    odometry_log_ns: tuple[int, ...] = ()
+    damaged: str | None = None
 
 
 @dataclass
@@ -66,82 +77,61 @@ class RunState:
     scored: int = 0          # samples scored by this process (the first one is the warm-up)
     interrupted: bool = False
     error: str | None = None
+    traceback: str | None = None
 
 
-def _cdr_stamp(raw: bytes | memoryview) -> int:
-    """Header stamp of a CDR message whose first field is std_msgs/Header (no deserialising)."""
-    little = raw[1] & 1
-    sec, nsec = struct.unpack_from('<iI' if little else '>iI', raw, 4)
-    return sec * _NS + nsec
-
-
-def _scan_stamps(reader: BagReader, cfg: ReplayConfig
-                 ) -> tuple[dict[str, int], list[dict[str, Any]]]:
-    """Check every input message's stamp for clock jumps and gaps; return first stamp per topic."""
-    topics = list(cfg.expected_topics())
-    conns = [c for c in reader.reader.connections if c.topic in topics]
-    first: dict[str, int] = {}
-    last: dict[str, int] = {}
-    anomalies: list[dict[str, Any]] = []
-    topic: str | None = None
-    stamp: int | None = None
-    try:
-        for conn, _, raw in reader.reader.messages(connections=conns):
-            topic = conn.topic
-            stamp = _cdr_stamp(raw)
-            prev = last.get(topic)
-            if prev is not None and prev - stamp > cfg.max_backward_jump_s * _NS:
-                raise BagError(reader.path, f'clock jumps back by {(prev - stamp) / _NS:.3f} s '
-                               f'(from {format_time(prev)}; limit max_backward_jump_s = '
-                               f'{cfg.max_backward_jump_s}); split the bag at this time (ros2 bag '
-                               'convert) and replay the parts', topic=topic, stamp_ns=stamp)
-            if prev is not None and stamp - prev > cfg.gap_warning_s * _NS:
-                gap = (stamp - prev) / _NS
-                _LOG.warning('bag %r, topic %r, %s: gap of %.3f s (no message since %s)',
-                             str(reader.path), topic, format_time(stamp), gap, format_time(prev))
-                anomalies.append({'kind': 'gap', 'topic': topic, 'stamp_ns': prev,
-                                  'duration_s': gap})
-            first.setdefault(topic, stamp)
-            last[topic] = max(stamp, prev) if prev is not None else stamp
-    except BagError:
-        raise
-    except Exception as err:  # the boundary: damaged data while scanning
-        raise BagError(reader.path, f'unreadable after the last good message ({type(err).__name__}:'
-                       f' {err}); the bag is corrupt or truncated', topic=topic,
-                       stamp_ns=stamp) from err
-    for t in topics:
-        if t not in first:
-            raise BagError(reader.path, 'has no messages; check that it was recorded', topic=t)
-        if first[t] == last[t] == 0:
-            raise BagError(reader.path, 'every header stamp is zero; replay times inputs by '
-                           'header stamps, so the publisher must stamp its messages', topic=t)
-    return first, anomalies
+def evaluation_span_ns(cfg: ReplayConfig) -> tuple[int, int]:
+    """How far before and after an evaluation time its inputs and ground truth reach (ns)."""
+    a = cfg.assembly
+    before = round((a.history_steps * a.history_dt_s + a.selectable_age_s) * _NS)
+    return before, round(a.future_steps * a.history_dt_s * _NS)
 
 
 def prepare_bag(path: Path | str, cfg: ReplayConfig) -> PreparedBag:
-    """Open and scan one bag; a `BagError` names bag, topic and time when it cannot be used."""
+    """Open and scan one bag; a `BagError` names bag, topic and time when it cannot be used.
+
+    Evaluation times run from the end of the history warm-up to the last time whose ground
+    truth still covers the shortest horizon: samples near the end are scored at the horizons
+    the recording covers.
+    """
     path = Path(path)
     with BagReader(path, cfg.expected_topics()) as reader:
         info = reader.info()
-        first, anomalies = _scan_stamps(reader, cfg)
-        odometry = sorted((odometry_from_msg(m.msg) for m in reader.messages([cfg.odometry_topic])),
-                          key=lambda s: s.stamp_ns)
+        scan = scan_recording(reader, cfg)
+    first, odometry = scan.first_stamp, scan.odometry
     a = cfg.assembly
     # One model step (0.1 s) of margin: t0 (the oldest newest frame) trails the evaluation time by
     # up to a camera period, and its history must still start after the first odometry.
     start = max(first[cfg.odometry_topic] + round(a.history_steps * a.history_dt_s * _NS),
                 max(first[c.topic] for c in cfg.cameras)
                 + round((max(a.frame_offsets_s) + a.history_dt_s) * _NS))
-    end = odometry[-1].stamp_ns - round(a.future_steps * a.history_dt_s * _NS)
+    end = odometry[-1].stamp_ns - round(HORIZONS_S[0] * _NS) if odometry else start - 1
     ticks = tuple(range(start, end + 1, cfg.period_ns)) if end >= start else ()
     note = ''
     if not ticks:
-        span = (odometry[-1].stamp_ns - start) / _NS
-        note = (f'no evaluation time: inputs span {span:.2f} s after the history warm-up, '
-                f'ground truth needs {a.future_steps * a.history_dt_s:.1f} s')
+        span = ((odometry[-1].stamp_ns if odometry else start) - start) / _NS
+        note = (f'no evaluation time: inputs span {span:.2f} s after the history warm-up, the '
+                f'shortest scored horizon needs {HORIZONS_S[0]} s of ground truth')
         _LOG.warning('bag %r: %s', str(path), note)
-    key = str(path.resolve())
-    return PreparedBag(key, info, tuple(odometry), ticks, tuple(anomalies), note)
+    for e in scan.anomalies:
+        _LOG.warning('bag %r, %s%s: %s %s', str(path), f'topic {e["topic"]!r}, ' if e['topic']
+                     else '', format_time(e['start_ns']), e['kind'], e['detail'])
+    return PreparedBag(str(path.resolve()), info, odometry, ticks, scan.anomalies, note,
+                       scan.topics, scan.odometry_log_ns, scan.damaged)
+
+
+def window_start_log_ns(bag: PreparedBag, first_tick: int, cfg: ReplayConfig) -> int | None:
+    """Return the recording time from which reading gives a tick its whole-bag inputs.
+
+    Everything assembly selects for `first_tick` is stamped after `first_tick - before`; the
+    recording time is taken from the odometry sample stamped just before that, less a second for
+    messages recorded late. None: read from the start.
+    """
+    before, _ = evaluation_span_ns(cfg)
+    i = bisect.bisect_right([s.stamp_ns for s in bag.odometry], first_tick - before - _NS) - 1
+    if i <= 0 or len(bag.odometry_log_ns) != len(bag.odometry):
+        return None
+    return bag.odometry_log_ns[i] - _NS
 
 
 def _rejected(bag: str, tick: int, reason: str, message: str, t0_ns: int | None = None
@@ -159,16 +149,38 @@ def evaluate_tick(bag: PreparedBag, tick: int, cameras: dict[int, list[Any]],
                   odometry: Sequence[OdometrySample], cfg: ReplayConfig, planner: Planner,
                   planner_errors: tuple[type[Exception], ...], warmup: bool = False,
                   pool: Executor | None = None) -> dict[str, Any]:
-    """One evaluation time -> one record (scored, or rejected with its reason).
+    """One evaluation time -> one record (scored, or rejected with its reason); never raises.
 
     `warmup` marks the first planner call of a process (one-time costs); its latency is kept in
-    the record but left out of the latency statistics. `pool` decodes the frames in parallel.
+    the record but left out of the latency statistics. `pool` decodes the frames in parallel. An
+    exception nobody expected is a rejection `unexpected_error` with its traceback, so one bad
+    sample never ends a run.
     """
+    try:
+        return _evaluate(bag, tick, cameras, odometry, cfg, planner, planner_errors, warmup, pool)
+    except Exception as err:  # noqa: BLE001 - the per-sample boundary; the record keeps the trace
+        _LOG.error('bag %r %s: unexpected %s: %s', bag.key, format_time(tick),
+                   type(err).__name__, err)
+        rec = _rejected(bag.key, tick, 'unexpected_error', f'{type(err).__name__}: {err}')
+        rec['traceback'] = traceback.format_exc()
+        return rec
+
+
+def _evaluate(bag: PreparedBag, tick: int, cameras: dict[int, list[Any]],
+              odometry: Sequence[OdometrySample], cfg: ReplayConfig, planner: Planner,
+              planner_errors: tuple[type[Exception], ...], warmup: bool,
+              pool: Executor | None) -> dict[str, Any]:
     t_start = time.perf_counter()
     try:
         model_input = assemble(cameras, odometry, cfg.assembly, now_ns=tick, pool=pool)
     except InputError as err:
         return _rejected(bag.key, tick, err.reason, err.message)
+    except Image.DecompressionBombError as err:
+        return _rejected(bag.key, tick, 'image_too_large', f'a frame does not decode: {err}')
+    except Exception as err:  # noqa: BLE001 - a decoder failing in a way assembly did not name
+        rec = _rejected(bag.key, tick, 'image_decode_failed', f'{type(err).__name__}: {err}')
+        rec['traceback'] = traceback.format_exc()
+        return rec
     t_assembled = time.perf_counter()
     t0 = model_input.t0_ns
     try:
@@ -190,6 +202,8 @@ def evaluate_tick(bag: PreparedBag, tick: int, cameras: dict[int, list[Any]],
     return {
         'bag': bag.key, 'tick_ns': tick, 'status': 'ok', 'reason': None, 'message': None,
         't0_ns': t0, 'metrics': metrics, 'latency_s': latency, 'warmup': warmup,
+        'horizons_s': list(scored_horizons(gt.steps)), 'gt_steps': gt.steps,
+        'gt_limit': gt.limit, 'gt_limit_message': gt.limit_message,
         'pred_xyz': xyz.tolist(), 'pred_yaw': yaw.tolist(),
         'gt_xyz': gt.xyz.tolist(), 'gt_yaw': gt.yaw.tolist(),
         'coc_text': getattr(result, 'coc_text', None),
@@ -197,14 +211,20 @@ def evaluate_tick(bag: PreparedBag, tick: int, cameras: dict[int, list[Any]],
     }
 
 
-def replay_bag(bag: PreparedBag, cfg: ReplayConfig, planner: Planner, store: SampleStore,
-               bar: tqdm, state: RunState, planner_errors: tuple[type[Exception], ...] = ()
-               ) -> None:
-    """Stream one scanned bag through the node's buffers and store a record per evaluation time."""
+def replay_bag(bag: PreparedBag, cfg: ReplayConfig, planner: Planner, store: Any,
+               bar: Any, state: RunState, planner_errors: tuple[type[Exception], ...] = (),
+               ticks: Sequence[int] | None = None) -> None:
+    """Stream one scanned bag through the node's buffers and store a record per evaluation time.
+
+    `ticks` (default: every evaluation time of the bag) restricts the run to some times; reading
+    then starts at the window that gives the first of them the inputs a whole-bag read gives it.
+    `store` needs `done()` and `append(record)`; `bar` needs `update(n)`.
+    """
     done = store.done()
-    todo = [t for t in bag.ticks if (bag.key, t) not in done]
+    todo = [t for t in (bag.ticks if ticks is None else ticks) if (bag.key, t) not in done]
     if not todo:
         return
+    start_log_ns = None if ticks is None else window_start_log_ns(bag, todo[0], cfg)
     cams = {c.topic: (c.slot, StampedBuffer(cfg.camera_depth)) for c in cfg.cameras}
     odom_buf: StampedBuffer[OdometrySample] = StampedBuffer(cfg.odometry_depth)
     pending = iter(todo)
@@ -227,7 +247,16 @@ def replay_bag(bag: PreparedBag, cfg: ReplayConfig, planner: Planner, store: Sam
     pool = ThreadPoolExecutor(cfg.decode_threads, thread_name_prefix='replay-decode') \
         if cfg.decode_threads > 1 else None
     with BagReader(bag.info.path, cfg.expected_topics()) as reader, pool or nullcontext():
-        for m in reader.messages(list(cfg.expected_topics())):
+        messages = reader.messages(list(cfg.expected_topics()), start_log_ns)
+        while True:
+            try:
+                m = next(messages, None)
+            except BagError:
+                if bag.damaged is None:
+                    raise
+                m = None   # the scan found this damage: its ticks use what was read before it
+            if m is None:
+                break
             if m.topic == cfg.odometry_topic:
                 item: Any = odometry_from_msg(m.msg)
                 odom_buf.push(item)
@@ -243,10 +272,10 @@ def replay_bag(bag: PreparedBag, cfg: ReplayConfig, planner: Planner, store: Sam
 def run_replay(bags: Sequence[PreparedBag], cfg: ReplayConfig, planner: Planner,
                store: SampleStore, *, progress: bool = True,
                planner_errors: tuple[type[Exception], ...] = ()) -> RunState:
-    """Replay scanned bags into `store`; Ctrl-C or a damaged bag stop it, finished samples kept.
+    """Replay scanned bags into `store`; Ctrl-C, a damaged bag or a failure stop it, samples kept.
 
-    Never raises for those two: the state says `interrupted` or carries the `BagError` text, so the
-    caller still writes the report of what is done.
+    Never raises for those: the state says `interrupted` or carries the error text (and a
+    failure's traceback), so the caller still writes the report of what is done.
     """
     state = RunState(bags=list(bags))
     total = sum(len(b.ticks) for b in state.bags)
@@ -265,4 +294,8 @@ def run_replay(bags: Sequence[PreparedBag], cfg: ReplayConfig, planner: Planner,
         except BagError as err:
             state.error = str(err)
             _LOG.error('%s', err)
+        except Exception as err:  # noqa: BLE001 - the run's boundary: the report is still written
+            state.error = f'{type(err).__name__}: {err}'
+            state.traceback = traceback.format_exc()
+            _LOG.error('replay failed: %s\n%s', state.error, state.traceback)
     return state

@@ -13,7 +13,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from alpamayo_offload.replay.metrics import DT_S, N_STEPS, error_by_step
+from alpamayo_offload.replay.metrics import DT_S, HORIZON_S, N_STEPS, error_by_step
 
 
 def _save(fig: Figure, path: Path) -> Path:
@@ -41,8 +41,11 @@ def plot_bev(record: Mapping[str, Any], path: Path) -> Path:
     ax.plot(-gt[:, 1], gt[:, 0], '-', color='tab:blue', lw=2, label='driven (odometry)')
     ax.plot([0], [0], 'k^', label='ego at t0')
     m = record['metrics']
-    ax.set_title(f"t0 = {record['t0_ns'] / 1e9:.2f} s\nminADE {m['min_ade']:.2f} m, "
-                 f"minFDE {m['min_fde']:.2f} m", fontsize=9)
+    h = max(record.get('horizons_s', [HORIZON_S]))
+    ade, fde = (m['min_ade'], m['min_fde']) if h == HORIZON_S else \
+        (m[f'min_ade/by_t={h:.1f}'], m[f'min_fde/by_t={h:.1f}'])
+    ax.set_title(f"t0 = {record['t0_ns'] / 1e9:.2f} s\nminADE {ade:.2f} m, minFDE {fde:.2f} m "
+                 f"(over {h:.1f} s)", fontsize=9)
     ax.set_xlabel('-y (m, right is positive)')
     ax.set_ylabel('x forward (m)')
     ax.set_aspect('equal', adjustable='datalim')
@@ -51,22 +54,34 @@ def plot_bev(record: Mapping[str, Any], path: Path) -> Path:
     return _save(fig, path)
 
 
-def horizon_errors(records: Sequence[Mapping[str, Any]]) -> dict[str, list[float]]:
-    """Mean and p90 of the minADE sample's XY error at each of the 64 steps."""
+def horizon_errors(records: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
+    """Mean and p90 of the minADE sample's XY error at each of the 64 steps, and the sample count.
+
+    A sample with a partial ground truth counts at its valid steps only; a step no sample
+    reaches has None.
+    """
     if not records:
-        return {'t_s': [], 'mean': [], 'p90': []}
-    errs = np.stack([error_by_step(np.asarray(r['pred_xyz']), np.asarray(r['gt_xyz']))
-                     for r in records])
+        return {'t_s': [], 'mean': [], 'p90': [], 'count': []}
+    errs = np.full((len(records), N_STEPS), np.nan)
+    for i, r in enumerate(records):
+        e = error_by_step(np.asarray(r['pred_xyz']), np.asarray(r['gt_xyz']))
+        errs[i, :len(e)] = e
+    count = np.isfinite(errs).sum(axis=0)
+
+    def per_step(fn: Any) -> list[float | None]:
+        return [float(fn(col[np.isfinite(col)])) if n else None
+                for col, n in zip(errs.T, count, strict=True)]
     return {'t_s': [round((k + 1) * DT_S, 1) for k in range(N_STEPS)],
-            'mean': errs.mean(axis=0).tolist(), 'p90': np.percentile(errs, 90, axis=0).tolist()}
+            'mean': per_step(np.mean), 'p90': per_step(lambda c: np.percentile(c, 90)),
+            'count': count.tolist()}
 
 
 def plot_error_vs_horizon(curve: Mapping[str, Sequence[float]], path: Path) -> Path:
     """Displacement error against prediction horizon (mean and p90 over samples)."""
     fig = Figure(figsize=(6, 3.6))
     ax = fig.add_subplot()
-    ax.plot(curve['t_s'], curve['mean'], label='mean')
-    ax.plot(curve['t_s'], curve['p90'], '--', label='p90')
+    ax.plot(curve['t_s'], np.asarray(curve['mean'], dtype=float), label='mean')
+    ax.plot(curve['t_s'], np.asarray(curve['p90'], dtype=float), '--', label='p90')
     ax.set_xlabel('horizon (s)')
     ax.set_ylabel('XY error of the minADE sample (m)')
     ax.grid(alpha=0.3)

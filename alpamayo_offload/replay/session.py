@@ -16,7 +16,7 @@ from alpamayo_offload.replay.sample_store import SampleStore
 
 _LOG = logging.getLogger(__name__)
 
-EXIT_OK, EXIT_BAG_ERROR, EXIT_INTERRUPTED = 0, 2, 130
+EXIT_OK, EXIT_FAILED, EXIT_BAG_ERROR, EXIT_NOTHING_SCORED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 
 @dataclass(frozen=True)
@@ -67,11 +67,24 @@ def replay_session(bags: Sequence[PreparedBag], cfg: ReplayConfig, planner: Plan
                    progress: bool = True, result_bag: ResultBagOptions | None = None,
                    planner_errors: tuple[type[Exception], ...] = (), bev_count: int = 4
                    ) -> SessionResult:
-    """Replay into `out_dir/samples.jsonl`, then write the report (also after Ctrl-C or errors)."""
+    """Replay into `out_dir/samples.jsonl`, then write the report (also after Ctrl-C or errors).
+
+    Exit status: 0 when something was scored, 3 when a finished run scored nothing at any
+    horizon (the reasons are logged), 2 after a bag error, 1 after a failure, 130 on Ctrl-C.
+    """
     with SampleStore.open(out_dir, fingerprint(cfg, bags), resume=resume) as store:
         state = run_replay(bags, cfg, planner, store, progress=progress,
                            planner_errors=planner_errors)
         records = store.persisted()
+    return finish_session(bags, cfg, out_dir, records, state, model_info=model_info,
+                          result_bag=result_bag, bev_count=bev_count)
+
+
+def finish_session(bags: Sequence[PreparedBag], cfg: ReplayConfig, out_dir: Path,
+                   records: Sequence[Mapping[str, Any]], state: RunState, *,
+                   model_info: Mapping[str, Any], result_bag: ResultBagOptions | None = None,
+                   bev_count: int = 4) -> SessionResult:
+    """Write the report (and result bags) of finished records and pick the exit status."""
     doc = write_report(out_dir, records, state, cfg, model_info, bev_count=bev_count)
     if result_bag is not None:
         for i, bag in enumerate(bags):
@@ -86,6 +99,18 @@ def replay_session(bags: Sequence[PreparedBag], cfg: ReplayConfig, planner: Plan
     c = doc['counts']
     _LOG.info('%d scored, %d rejected of %d evaluation times; report in %s', c['scored'],
               c['rejected'], c['evaluation_times'], out_dir)
-    code = EXIT_INTERRUPTED if state.interrupted else EXIT_BAG_ERROR if state.error else EXIT_OK
+    if state.interrupted:
+        code = EXIT_INTERRUPTED
+    elif state.error:
+        code = EXIT_FAILED if state.traceback else EXIT_BAG_ERROR
+    elif c['scored'] == 0:
+        code = EXIT_NOTHING_SCORED
+        reasons = ', '.join(f'{k}: {v}' for k, v in c['by_reason'].items())
+        notes = '; '.join(b.note for b in bags if b.note)
+        _LOG.error('nothing was scored at any horizon (%s); see %s', '; '.join(
+            x for x in (reasons and f'rejections {reasons}', notes) if x) or 'no evaluation time',
+            out_dir / 'report.md')
+    else:
+        code = EXIT_OK
     return SessionResult(state, doc, code)
 

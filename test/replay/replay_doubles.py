@@ -16,6 +16,7 @@ from alpamayo_offload.assembly import AssemblyConfig, ModelInput
 from alpamayo_offload.replay.config import CameraTopic, ReplayConfig
 from alpamayo_offload.replay.ground_truth import ground_truth
 from alpamayo_offload.replay.loop import PreparedBag
+from alpamayo_offload.replay.metrics import N_STEPS
 from alpamayo_offload.ros.synthetic_drive import DriveConfig
 
 # 10 s drives: 1.5 s history warm-up + 6.4 s future leave ~2 s of evaluation times.
@@ -62,8 +63,12 @@ class PlantedPlannerDouble:
             raise KeyboardInterrupt
         gt = ground_truth(self.bag.odometry, model_input.t0_ns, model_input.odom_pose_t0,
                           self.assembly)
-        xyz = gt.xyz[None] + self.offsets[:, None, :]
-        rot = np.broadcast_to(gt.rot, (len(self.offsets), *gt.rot.shape)).copy()
+        # A partial ground truth is held at its last pose: only its valid steps are scored.
+        pad = N_STEPS - gt.steps
+        gxyz = np.concatenate([gt.xyz, np.repeat(gt.xyz[-1:], pad, axis=0)])
+        grot = np.concatenate([gt.rot, np.repeat(gt.rot[-1:], pad, axis=0)])
+        xyz = gxyz[None] + self.offsets[:, None, :]
+        rot = np.broadcast_to(grot, (len(self.offsets), *grot.shape)).copy()
         return PlanterResult(xyz, rot)
 
 

@@ -18,7 +18,7 @@ from alpamayo_offload.cli import main as cli_main
 from alpamayo_offload.replay.config import CameraTopic
 from alpamayo_offload.replay.errors import BagError
 from alpamayo_offload.replay.loop import prepare_bag
-from alpamayo_offload.replay.session import EXIT_BAG_ERROR, replay_session
+from alpamayo_offload.replay.session import replay_session
 
 S = 10**9
 
@@ -35,12 +35,33 @@ def test_missing_bag(bag_factory, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize('storage', ['mcap', 'sqlite3'])
-def test_truncated_bag(bag_factory, tmp_path: Path, storage: str) -> None:
+def test_truncated_bag_is_read_up_to_the_damage(bag_factory, tmp_path: Path, storage: str,
+                                                caplog) -> None:
     src, drive = bag_factory(storage=storage)
     bag = _copy(src, tmp_path / 'cut')
     data = next(f for f in bag.iterdir() if f.suffix in ('.mcap', '.db3'))
     data.write_bytes(data.read_bytes()[:data.stat().st_size // 2])
-    with pytest.raises(BagError, match=r"bag '.*cut': cannot be opened .*corrupt, truncated"):
+    (bag / 'metadata.yaml').unlink()          # a killed recorder never writes it
+    cfg = replay_config(drive)
+    prepared = prepare_bag(bag, cfg)
+    assert 'is damaged' in caplog.text and 'complete messages up to the damage' in caplog.text
+    assert prepared.info.recovered.startswith('recovered: ')
+    assert [a['kind'] for a in prepared.anomalies if a['kind'] == 'recording_damaged']
+    end = prepared.odometry[-1].stamp_ns
+    assert drive.start_ns + 3 * S < end < drive.start_ns + 8 * S and prepared.ticks
+    res = replay_session([prepared], cfg, PlantedPlannerDouble(prepared, cfg.assembly),
+                         tmp_path / 'r', model_info={}, progress=False, bev_count=0)
+    assert res.exit_code == 0 and res.metrics['counts']['scored'] >= 1
+    assert res.metrics['bags'][0]['recovered'].startswith('recovered: ')
+
+
+def test_bag_cut_before_its_first_message_is_refused(bag_factory, tmp_path: Path) -> None:
+    src, drive = bag_factory()
+    bag = _copy(src, tmp_path / 'stub')
+    data = next(bag.glob('*.mcap'))
+    data.write_bytes(data.read_bytes()[:200])
+    with pytest.raises(BagError, match=r"bag '.*stub': cannot be opened .*truncated before its "
+                       'first complete message'):
         prepare_bag(bag, replay_config(drive))
 
 
@@ -106,12 +127,19 @@ def test_gap_is_reported_and_samples_listed(bag_factory, tmp_path: Path) -> None
     assert bag.anomalies[0]['kind'] == 'gap' and bag.anomalies[0]['duration_s'] > 1.5
     res = replay_session([bag], cfg, PlantedPlannerDouble(bag, cfg.assembly), tmp_path / 'r',
                          model_info={}, progress=False, bev_count=0)
-    c = res.metrics['counts']
-    assert c['rejected'] == c['by_reason']['ground_truth_odometry_gap'] == len(bag.ticks)
-    assert 'gap 1.5' in (tmp_path / 'r' / 'report.md').read_text()
+    gap_start, gap_end = bag.anomalies[0]['start_ns'], bag.anomalies[0]['end_ns']
+    samples = res.metrics['samples']
+    cut = [s for s in samples if s['t0_ns'] < gap_start < s['t0_ns'] + 64 * S // 10]
+    assert cut and all(s['gt_limit'] == 'odometry_gap' and 6.4 not in s['horizons_s']
+                       for s in cut)           # scored at the horizons before the gap only
+    assert all(s['gt_limit'] != 'odometry_gap' for s in samples if s['t0_ns'] > gap_end)
+    affected = res.metrics['anomalies'][0]['affected']
+    assert affected['samples'] >= len(cut) and set(affected['ticks_ns']) >= {
+        s['tick_ns'] for s in cut}
+    assert '| gap | `/localization/odometry` |' in (tmp_path / 'r' / 'report.md').read_text()
 
 
-def test_damaged_message_mid_bag_keeps_finished_samples(bag_factory, tmp_path: Path) -> None:
+def test_damaged_message_mid_bag_is_skipped_and_listed(bag_factory, tmp_path: Path) -> None:
     src, drive = bag_factory()
     broken_at = drive.start_ns + round(2.6 * S)
 
@@ -122,20 +150,17 @@ def test_damaged_message_mid_bag_keeps_finished_samples(bag_factory, tmp_path: P
 
     bag_path = rewrite_bag(src, tmp_path / 'damaged', damage)
     cfg = replay_config(drive)
-    bag = prepare_bag(bag_path, cfg)      # the stamp scan does not decode images
+    bag = prepare_bag(bag_path, cfg)
+    unreadable = [a for a in bag.anomalies if a['kind'] == 'message_unreadable']
+    assert [(a['topic'], a['start_ns']) for a in unreadable] == [
+        ('/sensing/camera_1/image', broken_at)]
     out = tmp_path / 'r'
     res = replay_session([bag], cfg, PlantedPlannerDouble(bag, cfg.assembly), out,
                          model_info={}, progress=False, bev_count=0)
-    assert res.exit_code == EXIT_BAG_ERROR
-    assert res.state.error is not None
-    assert "topic '/sensing/camera_1/image', t=1700000002.600000000 s: unreadable" in \
-        res.state.error
-    kept = [json.loads(line) for line in (out / 'samples.jsonl').read_text().splitlines()[1:]]
-    assert kept and all(r['tick_ns'] < broken_at for r in kept)
+    assert res.exit_code == 0 and res.metrics['complete']
     doc = json.loads((out / 'metrics.json').read_text())
-    assert not doc['complete'] and 'unreadable' in doc['error']
-    assert doc['counts']['done'] == len(kept)
-    assert 'STOPPED' in (out / 'report.md').read_text()
+    hit = next(a for a in doc['anomalies'] if a['kind'] == 'message_unreadable')['affected']
+    assert hit['samples'] >= 1 and sum(hit['outcome'].values()) == hit['samples']
 
 
 def test_cli_names_the_bad_bag(bag_factory, tmp_path: Path, caplog) -> None:

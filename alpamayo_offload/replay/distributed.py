@@ -1,0 +1,250 @@
+"""Replay sharded over Ray actors: one engine per actor, one sample store, one report.
+
+The driver scans the bags (as the serial replay does), cuts every bag's evaluation times not yet
+in the sample store into shards of consecutive times, and hands shards to actors as they become
+free. Each actor holds one engine (`num_gpus=1` on CUDA, one CPU otherwise), reads only its
+shard's time window of the bag where it lies (a path every node sees), and returns the records;
+the driver appends them to `samples.jsonl`, so a run stopped at any point resumes with
+`--resume`. A shard whose actor dies is handed to another actor (a fresh one replaces the dead),
+and the report is built from the records in replay order: on the CPU it equals the serial run's
+bit for bit (the measured latencies aside). Ray is an optional extra; it is imported only here.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import sys
+import traceback
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from alpamayo_offload.replay.config import ReplayConfig
+from alpamayo_offload.replay.errors import ReplayConfigError
+from alpamayo_offload.replay.loop import Planner, PreparedBag, RunState, replay_bag
+from alpamayo_offload.replay.sample_store import SampleStore
+from alpamayo_offload.replay.session import (
+    ResultBagOptions,
+    SessionResult,
+    fingerprint,
+    finish_session,
+)
+
+_LOG = logging.getLogger(__name__)
+
+RAY_MISSING = ("replay --ray needs Ray, an optional extra: pip install -e '.[ray]' (or "
+               "pip install 'ray>=2.9') on every machine of the cluster")
+SHARDS_PER_WORKER = 4     # enough shards to balance actors of unequal speed
+
+
+def import_ray() -> Any:
+    """Return the `ray` module, or raise `ReplayConfigError` saying how to install it."""
+    try:
+        import ray
+    except ImportError as err:
+        raise ReplayConfigError(RAY_MISSING) from err
+    return ray
+
+
+PlannerFactory = Callable[[], tuple[Planner, Mapping[str, Any], Any, tuple[type[Exception], ...]]]
+"""Builds, inside an actor: (planner, model info, image sizing or None, planner error types)."""
+
+
+@dataclass(frozen=True)
+class EngineFactory:
+    """Builds the Engine from the replay's engine settings (what the serial replay builds).
+
+    `threads` sets torch's CPU threads, so CPU actors compute as the serial run did.
+    """
+
+    engine: Mapping[str, Any]
+    threads: int | None = None
+
+    def __call__(self) -> tuple[Planner, Mapping[str, Any], Any, tuple[type[Exception], ...]]:
+        """Build the engine; returns its infer, info, image sizing and error type."""
+        import torch
+
+        from alpamayo_offload.engine import Engine, EngineConfig, EngineError
+
+        if self.threads:
+            torch.set_num_threads(self.threads)
+        engine = Engine.from_config(EngineConfig(**self.engine))
+        return engine.infer, engine.info, engine.image_sizing, (EngineError,)
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Consecutive evaluation times of one bag."""
+
+    bag: int
+    ticks: tuple[int, ...]
+
+
+def make_shards(bags: Sequence[PreparedBag], done: set[tuple[str, int]], count: int
+                ) -> list[Shard]:
+    """Cut the evaluation times not done into about `count` shards of consecutive times."""
+    todo = [(i, t) for i, b in enumerate(bags) for t in b.ticks if (b.key, t) not in done]
+    size = max(1, math.ceil(len(todo) / max(count, 1)))
+    shards: list[Shard] = []
+    for i in range(len(bags)):
+        mine = [t for j, t in todo if j == i]
+        shards += [Shard(i, tuple(mine[k:k + size])) for k in range(0, len(mine), size)]
+    return shards
+
+
+class _Collect:
+    """The store an actor's `replay_bag` writes to: records kept for the driver."""
+
+    def __init__(self) -> None:
+        self.records: list[dict[str, Any]] = []
+
+    def done(self) -> set[tuple[str, int]]:
+        return set()
+
+    def append(self, record: Mapping[str, Any]) -> None:
+        self.records.append(dict(record))
+
+
+class _NoBar:
+    def update(self, n: int) -> None:
+        """Progress is shown by the driver."""
+
+
+class ShardWorker:
+    """An actor's state: one planner, built once; replays shards on request."""
+
+    def __init__(self, factory: PlannerFactory) -> None:
+        """Build the planner (the engine) in this process."""
+        self.planner, self.info, self.sizing, self.errors = factory()
+        self.scored = 0
+
+    def describe(self) -> tuple[dict[str, Any], Any]:
+        """Model info and image sizing, for the driver's configuration and report."""
+        return dict(self.info), self.sizing
+
+    def run(self, bag: PreparedBag, ticks: tuple[int, ...], cfg: ReplayConfig
+            ) -> list[dict[str, Any]]:
+        """Replay `ticks` of `bag` (reading only their window) and return the records."""
+        store = _Collect()
+        state = RunState(bags=[bag], scored=self.scored)
+        replay_bag(bag, cfg, self.planner, store, _NoBar(), state, self.errors, ticks=ticks)
+        self.scored = state.scored
+        return store.records
+
+
+def run_sharded(bags: Sequence[PreparedBag], cfg: ReplayConfig, factory: PlannerFactory,
+                out_dir: Path, *, workers: int, resume: bool = False, progress: bool = True,
+                result_bag: ResultBagOptions | None = None, bev_count: int = 4,
+                on_gpu: bool = False) -> SessionResult:
+    """Replay `bags` on `workers` actors of the connected Ray cluster; write the report.
+
+    The report is written on every exit path, as in the serial replay.
+    """
+    ray = import_ray()
+    options = {'num_gpus': 1} if on_gpu else {'num_cpus': 1}
+    actor_cls = ray.remote(**options)(ShardWorker)
+    actors = [actor_cls.remote(factory) for _ in range(workers)]
+    info, sizing = ray.get(actors[0].describe.remote())
+    cfg = cfg.with_model_sizing(sizing)
+    state = RunState(bags=list(bags))
+    with SampleStore.open(out_dir, fingerprint(cfg, bags), resume=resume) as store:
+        try:
+            _drive(ray, actors, actor_cls, factory, bags, cfg, store, state, progress)
+        except KeyboardInterrupt:
+            state.interrupted = True
+            _LOG.warning('interrupted: %d samples are stored in %s; rerun with --resume',
+                         len(store.persisted()), store.path)
+        except Exception as err:  # noqa: BLE001 - the run's boundary: the report is still written
+            state.error = f'{type(err).__name__}: {err}'
+            state.traceback = traceback.format_exc()
+            _LOG.error('sharded replay failed: %s', state.error)
+        finally:
+            for actor in actors:
+                ray.kill(actor)
+        records = store.persisted()
+    return finish_session(bags, cfg, out_dir, records, state, model_info=info,
+                          result_bag=result_bag, bev_count=bev_count)
+
+
+def _drive(ray: Any, actors: list[Any], actor_cls: Any, factory: PlannerFactory,
+           bags: Sequence[PreparedBag], cfg: ReplayConfig, store: SampleStore, state: RunState,
+           progress: bool) -> None:
+    """Hand shards to free actors until all are stored; re-run a dead actor's shard elsewhere."""
+    done = store.done()
+    pending = deque(make_shards(bags, done, len(actors) * SHARDS_PER_WORKER))
+    bag_refs = [ray.put(b) for b in bags]
+    cfg_ref = ray.put(cfg)
+    idle = list(actors)
+    running: dict[Any, tuple[Any, Shard]] = {}
+    replacements = 2 * len(actors)    # a shard that kills every actor must not loop forever
+    total = sum(len(b.ticks) for b in bags)
+    with tqdm(total=total, initial=len(done & {(b.key, t) for b in bags for t in b.ticks}),
+              unit='sample', file=sys.stderr, disable=not progress, dynamic_ncols=True) as bar:
+        while pending or running:
+            while idle and pending:
+                actor, shard = idle.pop(), pending.popleft()
+                ref = actor.run.remote(bag_refs[shard.bag], shard.ticks, cfg_ref)
+                running[ref] = (actor, shard)
+            ready, _ = ray.wait(list(running), num_returns=1)
+            actor, shard = running.pop(ready[0])
+            try:
+                records = ray.get(ready[0])
+            except ray.exceptions.RayActorError as err:
+                if replacements == 0:
+                    raise
+                replacements -= 1
+                _LOG.warning('a replay worker died (%s); its %d samples of %s run on another',
+                             type(err).__name__, len(shard.ticks), Path(bags[shard.bag].key).name)
+                pending.appendleft(shard)
+                actors.remove(actor)
+                fresh = actor_cls.remote(factory)
+                actors.append(fresh)
+                idle.append(fresh)
+                continue
+            for record in records:
+                store.append(record)
+            bar.update(len(records))
+            idle.append(actor)
+
+
+def run_distributed_command(args: argparse.Namespace, cfg: ReplayConfig,
+                            bags: Sequence[PreparedBag]) -> int:
+    """`replay --ray`: connect (or start a local cluster), shard, report; the exit status."""
+    from alpamayo_offload.replay.errors import ReplayError
+
+    try:
+        ray = import_ray()
+    except ReplayError as err:
+        _LOG.error('%s', err)
+        return 2
+    if not ray.is_initialized():
+        if args.ray == 'local':
+            ray.init(include_dashboard=False)
+        else:
+            ray.init(address=args.ray)
+    on_gpu = str(cfg.engine.get('device', 'cpu')).startswith('cuda')
+    gpus = int(ray.cluster_resources().get('GPU', 0))
+    workers = args.workers or (gpus if on_gpu and gpus else 2)
+    threads = None if on_gpu else _torch_threads()
+    try:
+        result = run_sharded(bags, cfg, EngineFactory(dict(cfg.engine), threads), args.out,
+                             workers=workers, resume=args.resume, progress=not args.no_progress,
+                             result_bag=ResultBagOptions(storage=args.result_storage)
+                             if args.result_bag else None, bev_count=args.bev_plots,
+                             on_gpu=on_gpu)
+    except ReplayError as err:
+        _LOG.error('%s', err)
+        return 2
+    return result.exit_code
+
+
+def _torch_threads() -> int:
+    """Return torch's CPU thread count in this process (what a serial run would use)."""
+    import torch
+
+    return torch.get_num_threads()
