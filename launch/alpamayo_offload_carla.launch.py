@@ -16,7 +16,7 @@ from launch.actions import DeclareLaunchArgument, OpaqueFunction
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 
-from alpamayo_offload.ros.carla import (
+from alpamayo_offload.app.carla import (
     DEFAULT_CAMERA_IDS,
     DEFAULT_REAR_AXLE_OFFSET,
     DEFAULT_ROLE,

@@ -35,7 +35,7 @@ from alpamayo_offload.planning.profile import Profile, check_profile, load_profi
 from alpamayo_offload.planning.units import format_bytes, is_free_relative, parse_budget
 
 LOG = logging.getLogger(__name__)
-# The node's default decode.max_tokens (ros/node_config.py; planning may not import ros, a test
+# The node's default decode.max_tokens (app/schema.py; planning may not import app, a test
 # keeps the two equal).
 NODE_MAX_DECODE_TOKENS = 32
 

@@ -44,26 +44,26 @@ from ..assembly import (
     odometry_from_msg,
     select_inputs,
 )
+from ..app.config import NodeConfig, config_from_values
+from ..app.engine_loader import LoadedEngine, load_engine
+from ..app.errors import ParameterError
+from ..app.schema import NODE_NAME
 from . import diagnostics as diag
 from . import params
 from .conversions import path_msg, to_odom_frame
-from .engine_loader import LoadedEngine, load_engine
-from .errors import ParameterError
 
-NODE_NAME = 'alpamayo_offload_node'
-EngineLoader = Callable[[params.NodeConfig], LoadedEngine]
+EngineLoader = Callable[[NodeConfig], LoadedEngine]
 _STAGES = ('preprocess', 'vision', 'prefill', 'decode', 'diffusion', 'postprocess')
 
 
 class AlpamayoOffloadNode(Node):
     """The ROS 2 face of the engine; see the module docstring for the threading model."""
 
-    def __init__(self, engine_loader: EngineLoader = load_engine) -> None:
+    def __init__(self, engine_loader: EngineLoader = load_node_engine) -> None:
         super().__init__(NODE_NAME)
         self._engine_loader = engine_loader
-        self._names = params.declare(self)
-        self._values = params.read(self, self._names)
-        self._cfg = params.config_from_values(self._values)
+        self._values = params.declare(self)
+        self._cfg = config_from_values(self._values)
         self.add_on_set_parameters_callback(self._on_set_parameters)
         self._lock = threading.Lock()
         self._status = diag.NodeStatus()
@@ -121,7 +121,7 @@ class AlpamayoOffloadNode(Node):
             self._engine = loaded.engine
             self._sizing = loaded.image_sizing
             self._cfg = self._sized(self._cfg)
-            self._status.engine_info = dict(loaded.engine.info)
+            self._status.engine_info = loaded.engine.info
             self._status.start_info = dict(loaded.report)
             self._status.start_warning = loaded.warning
             self._status.model_state = 'degraded' if loaded.warning else 'ready'
@@ -178,7 +178,7 @@ class AlpamayoOffloadNode(Node):
         self._publish_diagnostics()
 
     # --- worker: decode, infer, publish -------------------------------------------------------
-    def _infer(self, sel: Selection, cfg: params.NodeConfig, serial: int) -> None:
+    def _infer(self, sel: Selection, cfg: NodeConfig, serial: int) -> None:
         start = time.perf_counter()
         ready_ahead = 0
 
@@ -236,7 +236,7 @@ class AlpamayoOffloadNode(Node):
                 'bytes_streamed': stream.get('bytes_streamed', 0)})
             st.inferences += 1
             st.model_state = 'degraded' if st.start_warning else 'ready'
-            st.engine_info = dict(self._engine.info)
+            st.engine_info = self._engine.info
             st.inference_level, st.inference_message = diag.OK, 'path published'
         self._publish_diagnostics()
 
@@ -255,10 +255,10 @@ class AlpamayoOffloadNode(Node):
 
     def _on_set_parameters(self, changes: list[Parameter]) -> SetParametersResult:
         """Accept changes that are safe while running; reject the rest with the reason."""
-        cfg, reason = params.check_update(self._values, changes)
+        cfg, checked, reason = params.check_update(self._values, changes)
         if cfg is None:
             return SetParametersResult(successful=False, reason=reason)
-        self._values.update({p.name: p.value for p in changes})
+        self._values.update(checked)
         if cfg.period_s != self._cfg.period_s:
             self._timer.timer_period_ns = int(cfg.period_s * 1e9)
             self._timer.reset()
@@ -266,7 +266,7 @@ class AlpamayoOffloadNode(Node):
             self._cfg = self._sized(cfg)
         return SetParametersResult(successful=True)
 
-    def _sized(self, cfg: params.NodeConfig) -> params.NodeConfig:
+    def _sized(self, cfg: NodeConfig) -> NodeConfig:
         """`cfg` with the model's frame sizing once it is known (parameters do not carry it)."""
         if self._sizing is None:
             return cfg
@@ -281,21 +281,31 @@ class AlpamayoOffloadNode(Node):
             self._ahead_pool.shutdown(wait=True, cancel_futures=True)
 
 
-def main(args: list[str] | None = None, engine_loader: EngineLoader = load_engine) -> None:
+def load_node_engine(cfg: NodeConfig) -> LoadedEngine:
+    """Load the engine as configured: budget resolved once, plan fallbacks, torch threads."""
+    return load_engine(cfg.engine, cfg.vram_budget, cfg.plan_info, torch_threads=cfg.torch_threads)
+
+
+def main(args: list[str] | None = None, engine_loader: EngineLoader = load_node_engine) -> None:
     """Entry point of `alpamayo_offload_node` and `python -m alpamayo_offload.ros.node`.
 
     `engine_loader` is the seam for tests that need an engine with a known answer (a planted
     trajectory); the installed entry point always loads the real engine.
     """
     logging.basicConfig(level=logging.INFO, format='[%(name)s] %(message)s')
-    rclpy.init(args=args)
+    log = logging.getLogger(__name__)
+    try:
+        rclpy.init(args=args)
+    except RuntimeError as err:   # rcl's RCLError: an unreadable parameter file, bad arguments
+        log.error('%s: cannot start: %s', NODE_NAME, err)
+        raise SystemExit(2) from None
     node = None
     try:
         node = AlpamayoOffloadNode(engine_loader)
         rclpy.spin(node)
     except ParameterError as err:
-        logging.getLogger(__name__).error('invalid parameters: %s', err)
-        raise SystemExit(2) from err
+        log.error('%s: invalid parameters: %s', NODE_NAME, err)
+        raise SystemExit(2) from None
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     finally:

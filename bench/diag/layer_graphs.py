@@ -59,7 +59,7 @@ def timed(engine: Engine, inp, runs: int) -> dict:
         t = engine.infer(inp).timings
         for p in PHASES:
             ms[p].append(1000 * t[p])
-    return {'ms': ms, 'grown_bytes': grown, 'captured': engine.info['layer_graphs']}
+    return {'ms': ms, 'grown_bytes': grown, 'captured': engine.info.layer_graphs}
 
 
 def bit_check(engine: Engine, inp) -> list[dict]:

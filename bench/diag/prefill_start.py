@@ -37,7 +37,7 @@ def main() -> None:
     engine = paper_engine(fused_norms=not args.per_op_norms, model=args.model,
                           device=args.device, mode='pipelined', pin_all_layers=True,
                           instrument=True)
-    n_lm = engine.info['layers']['lm']
+    n_lm = engine.info.layers['lm']
     if args.lm_resident > n_lm:
         raise SystemExit(f'--lm-resident {args.lm_resident}: the model has {n_lm} LM layers')
     engine.replan(resident={'lm': interleaved_indices(args.lm_resident, n_lm)},

@@ -41,7 +41,7 @@ def main() -> None:
                       'pin_all_layers': args.pin_all_layers, 'load_s': round(loaded, 1),
                       'replan_s': replans, 'peak_rss_gib': round(
                           resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
-                      'host_store_gib': round(info['host_store_bytes'] / 2**30, 2)}))
+                      'host_store_gib': round(info.host_store_bytes / 2**30, 2)}))
 
 
 if __name__ == '__main__':

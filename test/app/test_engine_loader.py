@@ -17,8 +17,8 @@ from alpamayo_offload.planning.planner import vram_needed
 from alpamayo_offload.planning.predictor import Placement
 from alpamayo_offload.planning.profile import load_profile
 from alpamayo_offload.ros import params
-from alpamayo_offload.ros.engine_loader import _replan, load_engine
-from alpamayo_offload.ros.vram import ResolvedBudget
+from alpamayo_offload.app.engine_loader import _replan, load_engine
+from alpamayo_offload.app.vram import ResolvedBudget
 
 ALL_RESIDENT = {'resident_layers.vit': [0, 1, 2, 3], 'resident_layers.lm': [0, 1, 2],
                 'resident_layers.expert': [0, 1, 2]}
@@ -33,13 +33,13 @@ def config(**values: object) -> params.NodeConfig:
 def streaming_bytes() -> int:
     """VRAM the tiny engine needs with nothing resident and the embedding in host RAM."""
     loaded = load_engine(config(embed_on_host=True))
-    return int(loaded.engine.info['required_bytes'])
+    return int(loaded.engine.info.required_bytes)
 
 
 def test_configured_plan_within_budget_is_kept() -> None:
     loaded = load_engine(config(vram_budget='1GiB', **ALL_RESIDENT))
     assert loaded.warning == '' and loaded.report['plan_source'] == 'configured'
-    assert loaded.engine.info['resident_layers'] == {'vit': [0, 1, 2, 3], 'lm': [0, 1, 2],
+    assert loaded.engine.info.resident_layers == {'vit': [0, 1, 2, 3], 'lm': [0, 1, 2],
                                                      'expert': [0, 1, 2]}
     assert loaded.report['vram_budget_resolved_bytes'] == 2**30
     assert loaded.report['inference_threads'] == 1
@@ -144,4 +144,4 @@ def test_a_byte_tight_plan_from_a_shorter_decode_profile_is_re_planned_to_fit(
                                 **{'plan.profile': ref}))
     assert loaded.report['plan_source'] == f're-planned from {path}'
     assert 'over by' in loaded.warning
-    assert loaded.engine.info['required_bytes'] <= tight.vram.total
+    assert loaded.engine.info.required_bytes <= tight.vram.total

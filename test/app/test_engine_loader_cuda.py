@@ -10,7 +10,7 @@ import pytest
 
 from alpamayo_offload.planning import save_profile
 from alpamayo_offload.planning.params import profile_ref
-from alpamayo_offload.ros.engine_loader import load_engine
+from alpamayo_offload.app.engine_loader import load_engine
 
 pytestmark = pytest.mark.cuda
 ALL_RESIDENT = {'vit': (0, 1, 2, 3), 'lm': (0, 1, 2), 'expert': (0, 1, 2)}
@@ -30,7 +30,7 @@ def test_free_minus_margin_is_measured_at_start() -> None:
     loaded = load_engine(config('free-1GiB'))
     free = loaded.report['vram_free_at_start_bytes']
     assert free > 2**30 and loaded.report['vram_budget_resolved_bytes'] == free - 2**30
-    assert loaded.engine.info['budget_bytes'] == free - 2**30 and loaded.warning == ''
+    assert loaded.engine.info.budget_bytes == free - 2**30 and loaded.warning == ''
 
 
 def test_plan_over_the_start_budget_is_replanned_or_degraded(tmp_path: Path) -> None:
@@ -41,8 +41,8 @@ def test_plan_over_the_start_budget_is_replanned_or_degraded(tmp_path: Path) -> 
     path = tmp_path / 'profile.json'
     ref = profile_ref(path, save_profile(profile, path))
     minimal = load_engine(config(embed_on_host=True))
-    floor = int(minimal.engine.info['required_bytes'])
+    floor = int(minimal.engine.info.required_bytes)
     minimal.engine.close()
     loaded = load_engine(config(str(floor + 4096), ALL_RESIDENT, plan={'plan.profile': ref}))
     assert loaded.warning and loaded.report['plan_source'] != 'configured', loaded.report
-    assert loaded.engine.info['required_bytes'] <= floor + 4096
+    assert loaded.engine.info.required_bytes <= floor + 4096

@@ -15,7 +15,7 @@ from alpamayo_offload.assembly import (
     odometry_from_msg,
 )
 from alpamayo_offload.assembly.poses import quat_to_matrix
-from alpamayo_offload.ros.synthetic_drive import DriveConfig, ego_pose, write_drive
+from alpamayo_offload.app.synthetic_drive import DriveConfig, ego_pose, write_drive
 
 NS = 1_000_000_000
 

@@ -17,9 +17,9 @@ import numpy as np
 
 from alpamayo_offload.assembly.poses import quat_to_matrix
 from alpamayo_offload.engine import STAGES, EngineResult
-from alpamayo_offload.ros.engine_loader import LoadedEngine
+from alpamayo_offload.app.engine_loader import LoadedEngine
 from alpamayo_offload.ros.node_config import NodeConfig
-from alpamayo_offload.ros.synthetic_drive import DriveConfig, ego_pose
+from alpamayo_offload.app.synthetic_drive import DriveConfig, ego_pose
 
 NS = 1_000_000_000
 

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from alpamayo_offload.ros import carla, params
-from alpamayo_offload.ros.errors import ParameterError
+from alpamayo_offload.app.errors import ParameterError
 from alpamayo_offload.ros.node_config import flatten_parameters
 
 ROOT = Path(__file__).resolve().parents[2]

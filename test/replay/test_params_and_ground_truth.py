@@ -15,7 +15,7 @@ from alpamayo_offload.replay.errors import ReplayConfigError
 from alpamayo_offload.replay.ground_truth import ground_truth, to_ego_frame
 from alpamayo_offload.replay.loop import prepare_bag
 from alpamayo_offload.replay.params import load_replay_config, parse_remaps
-from alpamayo_offload.ros.synthetic_drive import ego_pose
+from alpamayo_offload.app.synthetic_drive import ego_pose
 
 NODE_YAML = Path(__file__).resolve().parents[2] / 'config' / 'alpamayo_offload.yaml'
 

@@ -7,7 +7,7 @@ import yaml
 from rclpy.parameter import Parameter
 
 from alpamayo_offload.ros import params
-from alpamayo_offload.ros.errors import ParameterError
+from alpamayo_offload.app.errors import ParameterError
 from alpamayo_offload.ros.node_config import flatten_parameters
 
 CONFIG = Path(__file__).resolve().parents[2] / 'config' / 'alpamayo_offload.yaml'
