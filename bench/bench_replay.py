@@ -21,9 +21,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from alpamayo_offload.app.synthetic_drive import DriveConfig, write_drive
 from alpamayo_offload.replay.params import load_replay_config
 from alpamayo_offload.replay.session import ResultBagOptions, prepare, replay_session
-from alpamayo_offload.app.synthetic_drive import DriveConfig, write_drive
 
 ROOT = Path(__file__).resolve().parents[1]
 GIB = 2**30

@@ -44,7 +44,7 @@ def parse_remaps(rules: Sequence[str]) -> dict[str, str]:
 
 def read_values(param_files: Sequence[Path], node_name: str = NODE_NAME,
                 overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The files merged in order, then `overrides`: name -> value as written (unchecked)."""
+    """Merge the files in order, then `overrides`: name -> value as written (unchecked)."""
     values: dict[str, Any] = {}
     for path in param_files:
         values.update(read_param_file(Path(path), node_name))

@@ -95,7 +95,7 @@ def _status(level: int, name: str, message: str, values: dict[str, Any]) -> Diag
 
 
 def _engine_values(info: EngineInfo | None) -> dict[str, Any]:
-    """The engine's part of the model status (empty fields until it has loaded)."""
+    """Return the engine's part of the model status (empty fields until it has loaded)."""
     if info is None:
         return {'model': '', 'device': '', 'vram_used_bytes': 0, 'vram_budget_bytes': 0,
                 'vram_required_bytes': 0, 'embed_on_host': '', 'kernel_settings': ''}

@@ -30,6 +30,10 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from sensor_msgs.msg import CompressedImage, Image
 from std_msgs.msg import String
 
+from ..app.config import NodeConfig, config_from_values
+from ..app.engine_loader import LoadedEngine, load_engine
+from ..app.errors import ParameterError
+from ..app.schema import NODE_NAME
 from ..assembly import (
     DecodeAheadBuffer,
     Decoded,
@@ -44,16 +48,17 @@ from ..assembly import (
     odometry_from_msg,
     select_inputs,
 )
-from ..app.config import NodeConfig, config_from_values
-from ..app.engine_loader import LoadedEngine, load_engine
-from ..app.errors import ParameterError
-from ..app.schema import NODE_NAME
 from . import diagnostics as diag
 from . import params
 from .conversions import path_msg, to_odom_frame
 
 EngineLoader = Callable[[NodeConfig], LoadedEngine]
 _STAGES = ('preprocess', 'vision', 'prefill', 'decode', 'diffusion', 'postprocess')
+
+
+def load_node_engine(cfg: NodeConfig) -> LoadedEngine:
+    """Load the engine as configured: budget resolved once, plan fallbacks, torch threads."""
+    return load_engine(cfg.engine, cfg.vram_budget, cfg.plan_info, torch_threads=cfg.torch_threads)
 
 
 class AlpamayoOffloadNode(Node):
@@ -279,11 +284,6 @@ class AlpamayoOffloadNode(Node):
         self._decode_pool.shutdown(wait=True)
         if self._ahead_pool is not None:
             self._ahead_pool.shutdown(wait=True, cancel_futures=True)
-
-
-def load_node_engine(cfg: NodeConfig) -> LoadedEngine:
-    """Load the engine as configured: budget resolved once, plan fallbacks, torch threads."""
-    return load_engine(cfg.engine, cfg.vram_budget, cfg.plan_info, torch_threads=cfg.torch_threads)
 
 
 def main(args: list[str] | None = None, engine_loader: EngineLoader = load_node_engine) -> None:

@@ -32,7 +32,7 @@ _ROS_TYPES = {
 
 
 def descriptor(spec: schema.ParamSpec) -> ParameterDescriptor:
-    """The ROS descriptor of one schema entry: description with unit, range, read-only flag."""
+    """Build the ROS descriptor of one schema entry: description, unit, range, read-only."""
     desc = ParameterDescriptor(name=spec.name, description=spec.ros_description(),
                                additional_constraints=spec.constraints(),
                                read_only=spec.restart)
@@ -53,7 +53,7 @@ def descriptor(spec: schema.ParamSpec) -> ParameterDescriptor:
 
 
 def overrides(node: Node) -> dict[str, Any]:
-    """The values the parameter files and `-p` arguments give this node, by name."""
+    """Return the values the parameter files and `-p` arguments give this node, by name."""
     # rclpy has no public accessor for the overrides it parsed from the command line.
     return {name: p.value for name, p in node._parameter_overrides.items()}
 

@@ -7,6 +7,7 @@ import pytest
 from rosbags.highlevel import AnyReader
 from rosbags.typesys import Stores, get_typestore
 
+from alpamayo_offload.app.synthetic_drive import DriveConfig, ego_pose, write_drive
 from alpamayo_offload.assembly import (
     AssemblyConfig,
     assemble,
@@ -15,7 +16,6 @@ from alpamayo_offload.assembly import (
     odometry_from_msg,
 )
 from alpamayo_offload.assembly.poses import quat_to_matrix
-from alpamayo_offload.app.synthetic_drive import DriveConfig, ego_pose, write_drive
 
 NS = 1_000_000_000
 
