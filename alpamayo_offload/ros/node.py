@@ -214,13 +214,15 @@ class AlpamayoOffloadNode(Node):
             self._publish_diagnostics()
             return
         t_build = time.perf_counter()
-        self._path_pub.publish(path_msg(result.xyz, result.rot, cfg.output_frame_id, sel.t0_ns))
+        self._publish(self._path_pub,
+                      path_msg(result.xyz, result.rot, cfg.output_frame_id, sel.t0_ns))
         if cfg.publish_odom_path:
             xyz_w, rot_w = to_odom_frame(result.xyz, result.rot, inputs.odom_pose_t0)
-            self._odom_path_pub.publish(
+            self._publish(
+                self._odom_path_pub,
                 path_msg(xyz_w, rot_w, cfg.odom_frame_id or inputs.odom_frame_id, sel.t0_ns))
         if result.coc_text is not None:
-            self._reasoning_pub.publish(String(data=result.coc_text))
+            self._publish(self._reasoning_pub, String(data=result.coc_text))
         end = time.perf_counter()
         age_ms = (self.get_clock().now().nanoseconds - sel.t0_ns) / 1e6
         timings = {f't_{k}_ms': result.timings.get(k, float('nan')) * 1e3 for k in _STAGES}
@@ -256,7 +258,17 @@ class AlpamayoOffloadNode(Node):
         with self._lock:
             msg = diag.build(self.get_name(), self.get_clock().now().nanoseconds, self._status,
                              self._cfg.plan_info)
-        self._diag_pub.publish(msg)
+        self._publish(self._diag_pub, msg)
+
+    def _publish(self, publisher: Any, msg: Any) -> None:
+        """Publish from any thread, unless ROS is shutting down (Ctrl-C while a thread runs)."""
+        if not self.context.ok():
+            return
+        try:
+            publisher.publish(msg)
+        except RuntimeError:   # rcl's RCLError: the context went away after the check
+            if self.context.ok():
+                raise
 
     def _on_set_parameters(self, changes: list[Parameter]) -> SetParametersResult:
         """Accept changes that are safe while running; reject the rest with the reason."""
