@@ -25,6 +25,7 @@ from alpamayo_offload.app.carla import (
     node_overrides,
     parse_offset,
 )
+from alpamayo_offload.app.schema import NODE_NAME
 from launch import LaunchContext, LaunchDescription
 
 CONFIG = Path(__file__).resolve().parent.parent / 'config'
@@ -43,7 +44,7 @@ def _actions(context: LaunchContext) -> list[Node]:
                                arg('model'))
     actions = [Node(
         package='alpamayo_offload', executable='alpamayo_offload_node',
-        name='alpamayo_offload_node', namespace=arg('namespace'), output='screen',
+        name=NODE_NAME, namespace=arg('namespace'), output='screen',
         parameters=[*files, overrides],
         remappings=list(bridge_remaps(role, cameras).items()))]
     if arg('publish_rear_axle_tf') == 'true':
