@@ -165,7 +165,7 @@ _SPECS = (
     _p('decode.diffusion_steps', _I, 0, "flow-matching steps; 0: the checkpoint's own "
        '(diffusion_cfg.num_inference_steps; presets: 10)', unit='steps', minimum=0,
        restart=True),
-    _p('decode.seed', _I, 0, 'sampling seed', minimum=0, restart=True),
+    _p('decode.seed', _I, 0, 'sampling seed', restart=True),
     _p('images.height', _I, 0, 'height frames are resized to before the model (bilinear; the '
        'model then resizes again if it wants another size); 0 with images.width 0: the loaded '
        "model's own input size, resized as the model itself resizes the full frame (same "
