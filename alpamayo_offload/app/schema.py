@@ -50,7 +50,7 @@ ROS_OWN_PREFIXES = ('qos_overrides.',)
 
 
 class Kind(enum.Enum):
-    """A parameter's type, named as ROS names it."""
+    """A parameter's type; each is one ROS parameter type (`ros/params.py` maps them)."""
 
     BOOL = 'bool'
     INTEGER = 'integer'
@@ -119,7 +119,7 @@ class ParamSpec:
         if self.kind.is_array and extra:
             return f'{kind}{unit}, each {extra}' if self.length is None else \
                 f'{kind}{unit}: {extra}'
-        return f'{kind}{unit}' + (f' {extra}' if extra else '')
+        return f'{kind}{unit}' + (f'{", " if self.choices else " "}{extra}' if extra else '')
 
     def ros_description(self) -> str:
         """Return the text `ros2 param describe` shows: what it does, unit, range, restart."""

@@ -54,7 +54,7 @@ def test_an_integer_for_a_float_is_that_float() -> None:
                                r'integer -1'),
     ('inference.period_s', 0.0, r'inference.period_s: expected a float \(s\) > 0'),
     ('inference.period_s', float('nan'), r'inference.period_s: expected'),
-    ('mode', 'fast', r"mode: expected a string one of 'preload', 'sequential', 'pipelined', "
+    ('mode', 'fast', r"mode: expected a string, one of 'preload', 'sequential', 'pipelined', "
                      r"got the string 'fast'"),
     ('cameras.transports', ['raw', 'h264'], r"cameras.transports: expected a list of strings, "
                                             r"each one of 'raw', 'compressed'"),
