@@ -34,7 +34,7 @@ the device part is compared apart from host noise.
     .venv/bin/python -m bench.bench_planner --out DIR --report      # from DIR's rows.jsonl
 
 Needs from the engine (beyond docs/design.md): `EngineConfig(instrument=...)`,
-`engine.example_input()`, `engine.runtime_stats(reset=...)`, `engine.info['embed_bytes']`, and
+`engine.example_input()`, `engine.runtime_stats(reset=...)`, `engine.info.embed_bytes`, and
 `engine.replan(resident=..., mode=..., budget_bytes=..., embed_on_host=..., instrument=...)`,
 which detaches the runtime and attaches it again with a new plan without reloading weights.
 """

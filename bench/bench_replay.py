@@ -21,9 +21,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from alpamayo_offload.app.synthetic_drive import DriveConfig, write_drive
 from alpamayo_offload.replay.params import load_replay_config
 from alpamayo_offload.replay.session import ResultBagOptions, prepare, replay_session
-from alpamayo_offload.ros.synthetic_drive import DriveConfig, write_drive
 
 ROOT = Path(__file__).resolve().parents[1]
 GIB = 2**30
@@ -81,15 +81,17 @@ def main() -> None:
         bags = prepare([bag], cfg)
         gpu = cap_gpu_memory(args.mem_cap_gib) if args.mem_cap_gib else {}
 
-        from alpamayo_offload.engine import Engine, EngineConfig, EngineError
+        from alpamayo_offload.app.engine_loader import load_engine
+        from alpamayo_offload.engine import EngineError
 
         t = time.perf_counter()
-        engine = Engine.from_config(EngineConfig(**cfg.engine))
+        engine = load_engine(cfg.engine, cfg.vram_budget, cfg.plan_info).engine
         load_s = time.perf_counter() - t
         cfg = cfg.with_model_sizing(engine.image_sizing)
         report_dir = args.out / 'report'
         t = time.perf_counter()
-        res = replay_session(bags, cfg, engine.infer, report_dir, model_info=engine.info,
+        res = replay_session(bags, cfg, engine.infer, report_dir,
+                             model_info=engine.info.as_dict(),
                              planner_errors=(EngineError,), result_bag=ResultBagOptions(),
                              bev_count=2)
         wall_s = time.perf_counter() - t

@@ -11,6 +11,7 @@ from launch.actions import DeclareLaunchArgument, OpaqueFunction
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 
+from alpamayo_offload.app.schema import NODE_NAME
 from launch import LaunchContext, LaunchDescription
 
 # Same file in the source tree and in the install share dir (launch/ and config/ are siblings).
@@ -32,7 +33,7 @@ def _node(context: LaunchContext) -> list[Node]:
     files = [arg('params_file')] + ([arg('extra_params_file')] if arg('extra_params_file') else [])
     return [Node(
         package='alpamayo_offload', executable='alpamayo_offload_node',
-        name='alpamayo_offload_node', namespace=arg('namespace'), output='screen',
+        name=NODE_NAME, namespace=arg('namespace'), output='screen',
         parameters=[*files, {'use_sim_time': arg('use_sim_time').lower() == 'true'}],
         remappings=[(src, arg(name)) for name, (src, _) in REMAPS.items()])]
 

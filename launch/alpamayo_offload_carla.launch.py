@@ -16,7 +16,7 @@ from launch.actions import DeclareLaunchArgument, OpaqueFunction
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 
-from alpamayo_offload.ros.carla import (
+from alpamayo_offload.app.carla import (
     DEFAULT_CAMERA_IDS,
     DEFAULT_REAR_AXLE_OFFSET,
     DEFAULT_ROLE,
@@ -25,6 +25,7 @@ from alpamayo_offload.ros.carla import (
     node_overrides,
     parse_offset,
 )
+from alpamayo_offload.app.schema import NODE_NAME
 from alpamayo_offload.ros.launch_checks import require_packages
 from launch import LaunchContext, LaunchDescription
 
@@ -51,7 +52,7 @@ def _actions(context: LaunchContext) -> list[Node]:
                                arg('model'))
     actions = [Node(
         package='alpamayo_offload', executable='alpamayo_offload_node',
-        name='alpamayo_offload_node', namespace=arg('namespace'), output='screen',
+        name=NODE_NAME, namespace=arg('namespace'), output='screen',
         parameters=[*files, overrides],
         remappings=list(bridge_remaps(role, cameras).items()))]
     if tf:

@@ -31,6 +31,10 @@ class EngineInputError(EngineError):
     """An input to `Engine.infer` is malformed (shape, dtype, NaN); nothing was run."""
 
 
+class EngineBudgetError(EngineError):
+    """The runtime refused a plan: it needs more VRAM than the budget; nothing was moved."""
+
+
 class ModelInputLike(Protocol):
     """What `infer` reads of an input (`assembly.ModelInput` has these fields)."""
 

@@ -9,7 +9,6 @@ import os
 import platform
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import numpy as np
 import torch
@@ -32,6 +31,7 @@ from ..model import (
     sync_vision_once,
 )
 from ..runtime import (
+    BudgetError,
     HostStore,
     LayerFootprint,
     LayerSequence,
@@ -46,6 +46,7 @@ from ..runtime import (
 from .config import (
     EMBED_MODULE,
     SEQUENCE_PREFIXES,
+    EngineBudgetError,
     EngineConfig,
     EngineError,
     EngineInputError,
@@ -55,6 +56,7 @@ from .config import (
 from .estimates import estimate_prompt_tokens, estimate_working_set
 from .example import _ExampleInput, example_input
 from .identity import _model_identity, driver_version, kernel_settings
+from .info import EngineInfo, PlanState
 from .loading import _load_model, _module_bytes
 from .phases import _PhaseBridge
 
@@ -81,7 +83,7 @@ class Engine:
         self._decoder = decoder
         self._runtime: OffloadRuntime | None = None
         self._graphs: LayerGraphs | None = None    # the resident layers' CUDA graphs
-        self._plan: dict[str, Any] | None = None   # set by replan
+        self._plan: PlanState | None = None        # set by replan
         self._inferences = 0
         self._calls_seen = 0
         self._layer_bytes = {name: [_module_bytes(m) for m in layers]
@@ -143,7 +145,8 @@ class Engine:
                instrument: bool = False, layer_graphs: bool | None = None) -> None:
         """Re-attach the runtime with another plan on the loaded model (no reload).
 
-        Refuses a plan that cannot fit `budget_bytes` before anything moves (runtime BudgetError).
+        Refuses a plan that cannot fit `budget_bytes` before anything moves (`EngineBudgetError`:
+        the model stays loaded, so the caller may try another plan).
         `layer_graphs` False runs this plan's resident layers eagerly (the profiler times them
         so); None follows `EngineConfig.layer_graphs`.
         """
@@ -163,6 +166,8 @@ class Engine:
                 device=self.device, budget_bytes=budget_bytes, fixed_bytes=fixed,
                 working_set_bytes=working, instrument=instrument)
             runtime.attach(self._source)
+        except BudgetError as err:
+            raise EngineBudgetError(str(err)) from err
         except OffloadError as err:
             raise EngineError(str(err)) from err
         self._runtime = runtime
@@ -173,11 +178,12 @@ class Engine:
         self._inferences = 0
         self._calls_seen = 0
         embed = _module_bytes(self.model.non_layer_modules()[EMBED_MODULE])
-        self._plan = {'mode': mode, 'budget_bytes': budget_bytes, 'embed_on_host': embed_on_host,
-                      'resident': {k: tuple(v) for k, v in resident.items()},
-                      'required_bytes': runtime.vram_plan.required_bytes,
-                      'fixed_bytes': fixed - (0 if embed_on_host else embed),
-                      'working_set_bytes': working, 'layer_graphs': graphs}
+        self._plan = PlanState(
+            mode=mode, budget_bytes=budget_bytes, embed_on_host=embed_on_host,
+            resident={k: tuple(v) for k, v in resident.items()},
+            required_bytes=runtime.vram_plan.required_bytes,
+            fixed_bytes=fixed - (0 if embed_on_host else embed), working_set_bytes=working,
+            layer_graphs=graphs)
 
     def _enable_graphs(self, runtime: OffloadRuntime) -> None:
         """Graph the resident language-model and expert layers: their weights stay put."""
@@ -328,46 +334,35 @@ class Engine:
 
     # ---------------------------------------------------------------- reporting
     @property
-    def info(self) -> dict[str, Any]:
+    def info(self) -> EngineInfo:
         """Model identity, device, VRAM and plan, for diagnostics and reports."""
-        if self._plan is None:
+        plan = self._plan
+        if plan is None:
             raise EngineError(_NO_PLAN)
-        cfg = self.model.cfg
         rt = self._runtime
         embed = self.model.vlm.model.language_model.embed_tokens.weight
-        info: dict[str, Any] = {
-            'model': self.config.model,
-            'model_identity': _model_identity(self.config, self.model),
-            'device': str(self.device),
-            'dtype': str(embed.dtype).removeprefix('torch.'),
-            'mode': self._plan['mode'],
-            'budget_bytes': self._plan['budget_bytes'],
-            'required_bytes': self._plan['required_bytes'],
-            'embed_on_host': self._plan['embed_on_host'],
-            'resident_layers': {name: list(self._plan['resident'].get(name, ()))
-                                for name in SEQUENCE_PREFIXES},
-            'layers': {name: len(sizes) for name, sizes in self._layer_bytes.items()},
-            'embed_bytes': embed.numel() * embed.element_size(),
-            # The runtime's VRAM terms, so a planner budgets exactly as the runtime checks.
-            'fixed_bytes': self._plan['fixed_bytes'],
-            'working_set_bytes': self._plan['working_set_bytes'],
-            'hidden_size': cfg.text.hidden_size,
-            'prompt_tokens': estimate_prompt_tokens(cfg),
-            # flow-matching steps each inference runs: the override, else the model's own
-            'diffusion_steps': self.config.decode_options().steps_for(self.model),
-            'pinned_bytes': rt.pinned_bytes if rt is not None else 0,
-            # (layer, input shape) pairs replayed as CUDA graphs so far
-            'layer_graphs': self._graphs.captured if self._graphs is not None else 0,
-            'host_store_bytes': self._source.nbytes if isinstance(self._source, HostStore) else 0,
-            'torch': torch.__version__,
-            'host': platform.node(),
-            'vram_used_bytes': 0,
-            'driver': '',
-            'kernel_settings': kernel_settings(fused_norms=self.config.fused_norms,
-                                               layer_graphs=self._plan['layer_graphs']),
-        }
-        if self.device.type == 'cuda':
-            info['vram_used_bytes'] = torch.cuda.memory_allocated(self.device)
-            info['gpu'] = torch.cuda.get_device_name(self.device)
-            info['driver'] = driver_version()
-        return info
+        cuda = self.device.type == 'cuda'
+        return EngineInfo(
+            model=self.config.model,
+            model_identity=_model_identity(self.config, self.model),
+            device=str(self.device),
+            dtype=str(embed.dtype).removeprefix('torch.'),
+            mode=plan.mode, budget_bytes=plan.budget_bytes, required_bytes=plan.required_bytes,
+            embed_on_host=plan.embed_on_host,
+            resident_layers={name: tuple(plan.resident.get(name, ()))
+                             for name in SEQUENCE_PREFIXES},
+            layers={name: len(sizes) for name, sizes in self._layer_bytes.items()},
+            embed_bytes=embed.numel() * embed.element_size(),
+            fixed_bytes=plan.fixed_bytes, working_set_bytes=plan.working_set_bytes,
+            hidden_size=self.model.cfg.text.hidden_size,
+            prompt_tokens=estimate_prompt_tokens(self.model.cfg),
+            diffusion_steps=self.config.decode_options().steps_for(self.model),
+            pinned_bytes=rt.pinned_bytes if rt is not None else 0,
+            layer_graphs=self._graphs.captured if self._graphs is not None else 0,
+            host_store_bytes=self._source.nbytes if isinstance(self._source, HostStore) else 0,
+            torch=torch.__version__, host=platform.node(),
+            kernel_settings=kernel_settings(fused_norms=self.config.fused_norms,
+                                            layer_graphs=plan.layer_graphs),
+            vram_used_bytes=torch.cuda.memory_allocated(self.device) if cuda else 0,
+            driver=driver_version() if cuda else '',
+            gpu=torch.cuda.get_device_name(self.device) if cuda else '')

@@ -35,8 +35,8 @@ from alpamayo_offload.planning.profile import Profile, check_profile, load_profi
 from alpamayo_offload.planning.units import format_bytes, is_free_relative, parse_budget
 
 LOG = logging.getLogger(__name__)
-# The node's default decode.max_tokens: profiling sits below the node's parameter schema and may
-# not import it, so a test keeps the two equal.
+# The node's default decode.max_tokens (app/schema.py): profiling sits below the app layer and
+# may not import it, so a test keeps the two equal.
 NODE_MAX_DECODE_TOKENS = 32
 
 

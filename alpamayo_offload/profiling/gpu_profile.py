@@ -3,7 +3,7 @@
 Written against the engine contract in docs/design.md plus additions it needs:
 `EngineConfig(instrument=True)`, `engine.example_input()`, `engine.runtime_stats(reset=False)`
 (the runtime's `RuntimeStats`), `engine.layer_footprints()`, `engine.working_set_bytes(n)`,
-`engine.config.max_decode_tokens` and `engine.info` keys `embed_bytes`, `hidden_size`,
+`engine.config.max_decode_tokens` and the `engine.info` fields `embed_bytes`, `hidden_size`,
 `prompt_tokens`, `driver`, `kernel_settings`.
 Torch and the engine are imported on call, never at import time.
 """
@@ -137,26 +137,26 @@ def profile_engine(engine: Any, *, model: str, loaded_bytes: int, warmup: int,
     torch.cuda.synchronize()
     peak = torch.cuda.max_memory_allocated()
     stats = engine.runtime_stats()
-    info = dict(engine.info)
+    info = engine.info
     calls = [c for c in stats.calls if c.streamed]
     if not calls:
         raise PlanningError('the profiling run streamed no layer; profile in sequential mode with '
                             'nothing resident and instrument=True')
-    if not int(info.get('embed_bytes', 0)):
+    if not info.embed_bytes:
         LOG.warning('engine.info has no embed_bytes; the plan cannot move the embedding')
     free, total = torch.cuda.mem_get_info()
-    hidden = int(info.get('hidden_size', 4096))
-    prompt = int(info.get('prompt_tokens', 3000))
+    hidden = info.hidden_size
+    prompt = info.prompt_tokens
     timings = result.timings
     profile = build_profile(
         calls, {p: 1000.0 * float(timings[p]) for p in _PHASES if p in timings},
         model_identity=model_identity(model),
         machine=MachineInfo(gpu_name=torch.cuda.get_device_name(),
-                            driver=str(info.get('driver', '')),
+                            driver=info.driver,
                             torch_version=torch.__version__,
                             cuda_version=str(torch.version.cuda),
                             pinned_h2d_gbps=pinned_h2d_gbps(torch),
-                            kernel_settings=str(info.get('kernel_settings', ''))),
+                            kernel_settings=info.kernel_settings),
         vram=engine_vram(engine, context_bytes=max(0, total - free - torch.cuda.memory_reserved())),
         host_ms=1000.0 * (float(timings.get('preprocess', 0.0))
                           + float(timings.get('postprocess', 0.0))),
@@ -174,9 +174,8 @@ def engine_vram(engine: Any, context_bytes: int = 0) -> VramProfile:
     """Return the engine's own VRAM terms: what its budget check counts besides the layers."""
     info = engine.info
     tokens = int(engine.config.max_decode_tokens)
-    return VramProfile(fixed_bytes=int(info['fixed_bytes']),
-                       embed_bytes=int(info.get('embed_bytes', 0)),
-                       working_set_bytes=int(info['working_set_bytes']),
+    return VramProfile(fixed_bytes=info.fixed_bytes, embed_bytes=info.embed_bytes,
+                       working_set_bytes=info.working_set_bytes,
                        context_bytes=context_bytes, working_set_tokens=tokens,
                        working_set_per_token_bytes=engine.working_set_bytes(tokens + 1)
                        - engine.working_set_bytes(tokens))
@@ -206,7 +205,7 @@ def host_issue_calls(engine: Any, model_input: Any, runs: int = 1) -> list[dict[
     if runs < 1:
         raise PlanningError(f'runs = {runs} must be >= 1')
     records: list[dict[str, Any]] = []
-    resident = {seq: set(idx) for seq, idx in engine.info['resident_layers'].items()}
+    resident = {seq: set(idx) for seq, idx in engine.info.resident_layers.items()}
     state: dict[str, Any] = {'last': None, 'open': None, 'model_start': None, 'run': 0}
     reps: dict[tuple[str, int], int] = defaultdict(int)
 

@@ -6,6 +6,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from alpamayo_offload.app.schema import NODE_NAME
+
 _LOG = logging.getLogger(__name__)
 
 DEFAULT_PARAMS = Path('config/alpamayo_offload.yaml')
@@ -37,7 +39,9 @@ def register(subparsers: Any) -> None:
                    'address, or "local"); needs `pip install -e \'.[ray]\'`')
     p.add_argument('--workers', type=int, default=None, metavar='N',
                    help='Ray actors (default: the cluster\'s GPUs on CUDA, else 2)')
-    p.add_argument('--node-name', default='alpamayo_offload', help='node name that `~` expands to')
+    p.add_argument('--node-name', default=NODE_NAME,
+                   help='node name that `~` expands to and whose parameter file section is read '
+                   f'(default: {NODE_NAME}, as the node)')
     p.add_argument('--out', type=Path, default=Path('replay_report'), help='report directory')
     p.add_argument('--rate', type=float, default=None, metavar='HZ',
                    help='evaluation rate (default: the node rate, 1 / inference.period_s)')
@@ -113,17 +117,22 @@ def run(args: argparse.Namespace) -> int:
         from alpamayo_offload.replay.distributed import run_distributed_command
 
         return run_distributed_command(args, cfg, bags)
-    from alpamayo_offload.engine import Engine, EngineConfig, EngineError
+    from alpamayo_offload.app.engine_loader import load_engine
+    from alpamayo_offload.engine import EngineError
 
-    try:
-        engine = Engine.from_config(EngineConfig(**cfg.engine))
-    except (ValueError, EngineError) as err:
+    try:   # as the node loads it: budget resolved on this machine, the plan's fallbacks
+        loaded = load_engine(cfg.engine, cfg.vram_budget, cfg.plan_info)
+    except (ValueError, EngineError) as err:   # ParameterError is a ValueError
         _LOG.error('cannot build the engine: %s', err)
         return 2
+    engine = loaded.engine
     cfg = cfg.with_model_sizing(engine.image_sizing)
+    model_info = {**engine.info.as_dict(), 'start': loaded.report}
+    if loaded.warning:
+        model_info['start_warning'] = loaded.warning
     try:
         result = replay_session(
-            bags, cfg, engine.infer, args.out, model_info=engine.info, resume=args.resume,
+            bags, cfg, engine.infer, args.out, model_info=model_info, resume=args.resume,
             progress=not args.no_progress, planner_errors=(EngineError,),
             result_bag=ResultBagOptions(storage=args.result_storage) if args.result_bag else None,
             bev_count=args.bev_plots)

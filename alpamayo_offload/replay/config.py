@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from alpamayo_offload.assembly import AssemblyConfig, FrameSizing
+from alpamayo_offload.engine import EngineConfig
 from alpamayo_offload.replay.bag_reader import COMPRESSED_IMAGE_TYPE, IMAGE_TYPE, ODOMETRY_TYPE
 
 
@@ -28,6 +29,9 @@ class CameraTopic:
 class ReplayConfig:
     """Inputs (as the node reads them), engine settings, and how evaluation times are picked.
 
+    `engine` has no budget in bytes: `vram_budget` (the node's spec) is resolved once, by the
+    engine loader, on the machine that replays.
+
     `rate_hz` is the evaluation rate; `max_backward_jump_s` is how far a topic's stamps may go back
     (reordering from jitter) before the bag is refused as a clock jump; a forward step larger than
     `gap_warning_s` is reported as a gap. `decode_threads` decode one sample's frames in parallel
@@ -37,7 +41,8 @@ class ReplayConfig:
     cameras: tuple[CameraTopic, ...]
     odometry_topic: str
     assembly: AssemblyConfig = field(default_factory=AssemblyConfig)
-    engine: dict[str, Any] = field(default_factory=dict)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    vram_budget: str = ''
     output_frame_id: str = 'base_link'
     camera_depth: int = 20
     odometry_depth: int = 400

@@ -18,12 +18,13 @@ import sys
 import traceback
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
 
+from alpamayo_offload.engine import EngineConfig
 from alpamayo_offload.replay.config import ReplayConfig
 from alpamayo_offload.replay.errors import ReplayConfigError
 from alpamayo_offload.replay.loop import Planner, PreparedBag, RunState, replay_bag
@@ -57,24 +58,26 @@ PlannerFactory = Callable[[], tuple[Planner, Mapping[str, Any], Any, tuple[type[
 
 @dataclass(frozen=True)
 class EngineFactory:
-    """Builds the Engine from the replay's engine settings (what the serial replay builds).
+    """Builds the engine as the serial replay does: the app loader, budget and plan fallbacks.
 
     `threads` sets torch's CPU threads, so CPU actors compute as the serial run did.
     """
 
-    engine: Mapping[str, Any]
+    engine: EngineConfig
     threads: int | None = None
+    vram_budget: str = ''
+    plan_info: Mapping[str, Any] = field(default_factory=dict)
 
     def __call__(self) -> tuple[Planner, Mapping[str, Any], Any, tuple[type[Exception], ...]]:
         """Build the engine; returns its infer, info, image sizing and error type."""
-        import torch
+        from alpamayo_offload.app.engine_loader import load_engine
+        from alpamayo_offload.engine import EngineError
 
-        from alpamayo_offload.engine import Engine, EngineConfig, EngineError
-
-        if self.threads:
-            torch.set_num_threads(self.threads)
-        engine = Engine.from_config(EngineConfig(**self.engine))
-        return engine.infer, engine.info, engine.image_sizing, (EngineError,)
+        loaded = load_engine(self.engine, self.vram_budget, self.plan_info,
+                             torch_threads=self.threads or 0)
+        engine = loaded.engine
+        info = {**engine.info.as_dict(), 'start': loaded.report}
+        return engine.infer, info, engine.image_sizing, (EngineError,)
 
 
 @dataclass(frozen=True)
@@ -227,12 +230,13 @@ def run_distributed_command(args: argparse.Namespace, cfg: ReplayConfig,
             ray.init(include_dashboard=False)
         else:
             ray.init(address=args.ray)
-    on_gpu = str(cfg.engine.get('device', 'cpu')).startswith('cuda')
+    on_gpu = cfg.engine.device.startswith('cuda')
     gpus = int(ray.cluster_resources().get('GPU', 0))
     workers = args.workers or (gpus if on_gpu and gpus else 2)
     threads = None if on_gpu else _torch_threads()
     try:
-        result = run_sharded(bags, cfg, EngineFactory(dict(cfg.engine), threads), args.out,
+        result = run_sharded(bags, cfg, EngineFactory(cfg.engine, threads, cfg.vram_budget,
+                                                       dict(cfg.plan_info)), args.out,
                              workers=workers, resume=args.resume, progress=not args.no_progress,
                              result_bag=ResultBagOptions(storage=args.result_storage)
                              if args.result_bag else None, bev_count=args.bev_plots,

@@ -1,48 +1,24 @@
-"""Read the node's parameter file(s) into a `ReplayConfig`: same YAML, same mapping as the node.
+"""Read the node's parameter file(s) into a `ReplayConfig`: same files, same schema, same mapping.
 
-Files are merged in order like `--params-file` arguments (a planner's residency file last). Node
-private names (`~/input/...`) are resolved against the node name, then `--remap FROM:=TO` rules
-map them to the topics recorded in the bag.
+Files are merged in order like `--params-file` arguments (a planner's residency file last), read
+by the application layer's reader and checked by its schema, so a file the node refuses replay
+refuses too, with the same message. Node private names (`~/input/...`) are resolved against the
+node name (`alpamayo_offload_node` unless `--node-name` says otherwise), then `--remap FROM:=TO`
+rules map them to the topics recorded in the bag.
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from alpamayo_offload.planning.errors import PlanningError
+from alpamayo_offload.app.config import config_from_values
+from alpamayo_offload.app.errors import ParameterError
+from alpamayo_offload.app.param_file import read_param_file
+from alpamayo_offload.app.schema import NODE_NAME
 from alpamayo_offload.replay.config import CameraTopic, ReplayConfig
 from alpamayo_offload.replay.errors import ReplayConfigError
-from alpamayo_offload.ros.node_config import (
-    PARAMETERS,
-    config_from_values,
-    flatten_parameters,
-)
-from alpamayo_offload.ros.vram import resolve_budget
-
-DEFAULT_NODE_NAME = 'alpamayo_offload'
-
-
-
-def read_param_file(path: Path, node_name: str = DEFAULT_NODE_NAME) -> dict[str, Any]:
-    """Flattened parameters for `node_name` from one ROS 2 parameter YAML (`/**` or the node)."""
-    try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as err:
-        raise ReplayConfigError(f'cannot read parameter file {str(path)!r}: {err}') from err
-    if not isinstance(data, Mapping):
-        raise ReplayConfigError(f'parameter file {str(path)!r} is not a mapping of node names')
-    values: dict[str, Any] = {}
-    for node in ('/**', node_name, f'/{node_name}'):
-        section = data.get(node)
-        if isinstance(section, Mapping) and isinstance(section.get('ros__parameters'), Mapping):
-            values.update(flatten_parameters(section['ros__parameters']))
-    if not values:
-        raise ReplayConfigError(f'parameter file {str(path)!r} has no `/**: ros__parameters` (or '
-                                f'`{node_name}: ros__parameters`) section')
-    return values
 
 
 def resolve_topic(name: str, node_name: str, remaps: Mapping[str, str]) -> str:
@@ -66,43 +42,41 @@ def parse_remaps(rules: Sequence[str]) -> dict[str, str]:
     return out
 
 
+def read_values(param_files: Sequence[Path], node_name: str = NODE_NAME,
+                overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Merge the files in order, then `overrides`: name -> value as written (unchecked)."""
+    values: dict[str, Any] = {}
+    for path in param_files:
+        values.update(read_param_file(Path(path), node_name))
+    values.update(overrides or {})
+    return values
+
+
 def load_replay_config(param_files: Sequence[Path], *, remaps: Mapping[str, str] | None = None,
-                       node_name: str = DEFAULT_NODE_NAME, rate_hz: float | None = None,
+                       node_name: str = NODE_NAME, rate_hz: float | None = None,
                        overrides: Mapping[str, Any] | None = None,
                        engine_overrides: Mapping[str, Any] | None = None) -> ReplayConfig:
-    """Merge the files over the node's declared defaults and map them as the node does.
+    """Merge the files over the schema's defaults and map them as the node does.
 
     `rate_hz` defaults to the node's timer rate (1 / inference.period_s); `overrides` are
     parameter values that win over the files (e.g. `device` from the command line);
     `engine_overrides` set EngineConfig fields the node has no parameter for (`num_samples`).
+    The VRAM budget stays a spec: the engine loader resolves it once, on the replay machine.
     """
-    values: dict[str, Any] = {k: (d if not hasattr(d, 'name') else None)  # typed, no default
-                              for k, (d, _) in PARAMETERS.items()}
-    for path in param_files:
-        values.update(read_param_file(Path(path), node_name))
-    values.update(overrides or {})
-    unknown = sorted(k for k in values if k not in PARAMETERS and not k.startswith('plan.')
-                     and k != 'embed_on_host')
-    if unknown:
-        raise ReplayConfigError(f'unknown parameters {unknown} in {[str(p) for p in param_files]};'
-                                ' the node declares: ' + ', '.join(PARAMETERS))
+    files = [str(p) for p in param_files]
     try:
-        node = config_from_values(values)   # the node's own mapping: [-1] lists, budget strings
+        node = config_from_values(read_values(param_files, node_name, overrides))
         cameras = tuple(CameraTopic(c.slot, resolve_topic(c.topic, node_name, remaps or {}),
                                     c.compressed) for c in node.cameras)
-        engine = dict(node.engine)
-        engine.update(engine_overrides or {})
-        # "free VRAM" budgets resolve on the replay machine's device, as the node does at start.
-        engine['budget_bytes'] = resolve_budget(node.vram_budget,
-                                                str(engine['device'])).budget_bytes
         return ReplayConfig(
             cameras=cameras,
             odometry_topic=resolve_topic(node.odometry_topic, node_name, remaps or {}),
-            assembly=node.assembly, engine=engine,
+            assembly=node.assembly,
+            engine=dataclasses.replace(node.engine, **(engine_overrides or {})),
+            vram_budget=node.vram_budget,
             output_frame_id=node.output_frame_id, camera_depth=node.camera_depth,
             odometry_depth=node.odometry_depth,
             rate_hz=rate_hz if rate_hz is not None else 1.0 / node.period_s,
             plan_info=dict(node.plan_info), decode_threads=node.decode_threads)
-    except (ValueError, PlanningError) as err:  # ParameterError is a ValueError too
-        raise ReplayConfigError(f'{err} (parameter files: {[str(p) for p in param_files]})'
-                                ) from err
+    except (ParameterError, ValueError) as err:
+        raise ReplayConfigError(f'{err} (parameter files: {files})') from err

@@ -7,7 +7,7 @@ wall clock); `--clock` publishes `/clock` at bag time instead (for nodes with us
 from __future__ import annotations
 
 if __name__ == '__main__':  # `python -m`: quiet Ctrl-C/SIGTERM also during the imports below
-    from .stop_signals import exit_quietly_on_stop
+    from ..app.stop_signals import exit_quietly_on_stop
 
     exit_quietly_on_stop()
 

@@ -10,9 +10,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .node import NODE_NAME
+from ..app.schema import NODE_NAME
+from ..app.synthetic_drive import DriveConfig, write_drive
 from .session import SessionResult, run_session
-from .synthetic_drive import DriveConfig, write_drive
 
 _STAGES = ('t_image_decode_ms', 't_preprocess_ms', 't_vision_ms', 't_prefill_ms', 't_decode_ms',
            't_diffusion_ms', 't_postprocess_ms', 't_engine_total_ms', 't_total_ms',

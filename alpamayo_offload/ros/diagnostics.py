@@ -1,14 +1,18 @@
 """`/diagnostics` content: per-stage timing, streaming, memory, model state and skip reasons."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from std_msgs.msg import Header
 
 from ..assembly import errors as input_errors
 from .conversions import ns_to_time
+
+if TYPE_CHECKING:
+    from ..engine import EngineInfo
 
 # Stage keys always present in the inference status (nan until the first inference).
 STAGE_KEYS = (
@@ -37,7 +41,7 @@ class NodeStatus:
 
     model_state: str = 'loading'          # loading, ready, degraded, error
     model_message: str = ''
-    engine_info: dict[str, Any] = field(default_factory=dict)
+    engine_info: EngineInfo | None = None   # once the model has loaded
     start_info: dict[str, Any] = field(default_factory=dict)   # what start-up resolved
     start_warning: str = ''          # why the configured plan was changed at start-up
     stages: dict[str, float] = field(
@@ -91,22 +95,27 @@ def _status(level: int, name: str, message: str, values: dict[str, Any]) -> Diag
                             hardware_id='alpamayo_offload', values=_kv(values))
 
 
+def _engine_values(info: EngineInfo | None) -> dict[str, Any]:
+    """Return the engine's part of the model status (empty fields until it has loaded)."""
+    if info is None:
+        return {'model': '', 'device': '', 'vram_used_bytes': 0, 'vram_budget_bytes': 0,
+                'vram_required_bytes': 0, 'embed_on_host': '', 'kernel_settings': ''}
+    return {
+        'model': info.model, 'device': info.device, 'vram_used_bytes': info.vram_used_bytes,
+        'vram_budget_bytes': info.budget_bytes or 0,
+        'vram_required_bytes': info.required_bytes,
+        'embed_on_host': info.embed_on_host,
+        'kernel_settings': info.kernel_settings,   # what a plan's profile must match
+        **{f'resident_layers.{k}': list(v) or 'none' for k, v in info.resident_layers.items()},
+    }
+
+
 def build(node_name: str, stamp_ns: int, st: NodeStatus,
-          plan_info: dict[str, Any]) -> DiagnosticArray:
+          plan_info: Mapping[str, Any]) -> DiagnosticArray:
     """Three statuses: `<node>: inference`, `<node>: input`, `<node>: model`."""
-    info = st.engine_info
     model_level = {'ready': OK, 'loading': OK, 'degraded': WARN}.get(st.model_state, ERROR)
-    resident = info.get('resident_layers', {}) or {}
     model_values: dict[str, Any] = {
-        'model_state': st.model_state, 'model': info.get('model', ''),
-        'device': info.get('device', ''),
-        'vram_used_bytes': info.get('vram_used_bytes', 0),
-        'vram_budget_bytes': info.get('budget_bytes', 0) or 0,
-        'vram_required_bytes': info.get('required_bytes', 0) or 0,
-        'embed_on_host': info.get('embed_on_host', ''),
-        'kernel_settings': info.get('kernel_settings', ''),   # what a plan's profile must match
-        **{f'resident_layers.{k}': list(v) or 'none' for k, v in dict(resident).items()},
-        **st.start_info,
+        'model_state': st.model_state, **_engine_values(st.engine_info), **st.start_info,
         **plan_info,
     }
     counters = {'ticks': st.ticks, 'ticks_dropped': st.ticks_dropped, 'inferences': st.inferences,

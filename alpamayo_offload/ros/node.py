@@ -11,7 +11,7 @@ thread at start; until it is ready every tick is reported as skipped with `model
 from __future__ import annotations
 
 if __name__ == '__main__':  # `python -m`: quiet Ctrl-C/SIGTERM also during the imports below
-    from .stop_signals import exit_quietly_on_stop
+    from ..app.stop_signals import exit_quietly_on_stop
 
     exit_quietly_on_stop()
 
@@ -35,13 +35,16 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from sensor_msgs.msg import CompressedImage, Image
 from std_msgs.msg import String
 
+from ..app.config import NodeConfig, config_from_values, jpeg_decoder
+from ..app.engine_loader import LoadedEngine, load_engine
+from ..app.errors import ParameterError
+from ..app.schema import NODE_NAME
 from ..assembly import (
     DecodeAheadBuffer,
     Decoded,
     EncodedImage,
     FrameSizing,
     InputError,
-    JpegDecoder,
     Selection,
     StampedBuffer,
     check_resolution,
@@ -53,29 +56,30 @@ from ..assembly import (
 from . import diagnostics as diag
 from . import params
 from .conversions import path_msg, to_odom_frame
-from .engine_loader import LoadedEngine, load_engine
-from .errors import ParameterError
 
-NODE_NAME = 'alpamayo_offload_node'
-EngineLoader = Callable[[params.NodeConfig], LoadedEngine]
+EngineLoader = Callable[[NodeConfig], LoadedEngine]
 _STAGES = ('preprocess', 'vision', 'prefill', 'decode', 'diffusion', 'postprocess')
+
+
+def load_node_engine(cfg: NodeConfig) -> LoadedEngine:
+    """Load the engine as configured: budget resolved once, plan fallbacks, torch threads."""
+    return load_engine(cfg.engine, cfg.vram_budget, cfg.plan_info, torch_threads=cfg.torch_threads)
 
 
 class AlpamayoOffloadNode(Node):
     """The ROS 2 face of the engine; see the module docstring for the threading model."""
 
-    def __init__(self, engine_loader: EngineLoader = load_engine) -> None:
+    def __init__(self, engine_loader: EngineLoader = load_node_engine) -> None:
         super().__init__(NODE_NAME)
         self._engine_loader = engine_loader
-        self._names = params.declare(self)
-        self._values = params.read(self, self._names)
-        self._cfg = params.config_from_values(self._values)
+        self._values = params.declare(self)
+        self._cfg = config_from_values(self._values)
         self.add_on_set_parameters_callback(self._on_set_parameters)
         self._lock = threading.Lock()
         self._status = diag.NodeStatus()
         self._engine: Any = None
         self._sizing: FrameSizing | None = None   # the model's, once loaded
-        self._jpeg_decoder = _jpeg_decoder(self._cfg)
+        self._jpeg_decoder = jpeg_decoder(self._cfg)
         self._cfg = self._sized(self._cfg)
         self._inflight: Future[None] | None = None
         self._serial = 0   # numbers input evaluations, so a late worker never hides a newer one
@@ -129,7 +133,7 @@ class AlpamayoOffloadNode(Node):
             self._engine = loaded.engine
             self._sizing = loaded.image_sizing
             self._cfg = self._sized(self._cfg)
-            self._status.engine_info = dict(loaded.engine.info)
+            self._status.engine_info = loaded.engine.info
             self._status.start_info = dict(loaded.report)
             self._status.start_warning = loaded.warning
             self._status.model_state = 'degraded' if loaded.warning else 'ready'
@@ -186,7 +190,7 @@ class AlpamayoOffloadNode(Node):
         self._publish_diagnostics()
 
     # --- worker: decode, infer, publish -------------------------------------------------------
-    def _infer(self, sel: Selection, cfg: params.NodeConfig, serial: int) -> None:
+    def _infer(self, sel: Selection, cfg: NodeConfig, serial: int) -> None:
         start = time.perf_counter()
         ready_ahead = 0
 
@@ -225,13 +229,15 @@ class AlpamayoOffloadNode(Node):
             self._publish_diagnostics()
             return
         t_build = time.perf_counter()
-        self._path_pub.publish(path_msg(result.xyz, result.rot, cfg.output_frame_id, sel.t0_ns))
+        self._publish(self._path_pub,
+                      path_msg(result.xyz, result.rot, cfg.output_frame_id, sel.t0_ns))
         if cfg.publish_odom_path:
             xyz_w, rot_w = to_odom_frame(result.xyz, result.rot, inputs.odom_pose_t0)
-            self._odom_path_pub.publish(
+            self._publish(
+                self._odom_path_pub,
                 path_msg(xyz_w, rot_w, cfg.odom_frame_id or inputs.odom_frame_id, sel.t0_ns))
         if result.coc_text is not None:
-            self._reasoning_pub.publish(String(data=result.coc_text))
+            self._publish(self._reasoning_pub, String(data=result.coc_text))
         end = time.perf_counter()
         age_ms = (self.get_clock().now().nanoseconds - sel.t0_ns) / 1e6
         timings = {f't_{k}_ms': result.timings.get(k, float('nan')) * 1e3 for k in _STAGES}
@@ -253,7 +259,7 @@ class AlpamayoOffloadNode(Node):
                 'bytes_streamed': stream.get('bytes_streamed', 0)})
             st.inferences += 1
             st.model_state = 'degraded' if st.start_warning else 'ready'
-            st.engine_info = dict(self._engine.info)
+            st.engine_info = self._engine.info
             st.inference_level, st.inference_message = diag.OK, 'path published'
         self._publish_diagnostics()
 
@@ -268,14 +274,24 @@ class AlpamayoOffloadNode(Node):
         with self._lock:
             msg = diag.build(self.get_name(), self.get_clock().now().nanoseconds, self._status,
                              self._cfg.plan_info)
-        self._diag_pub.publish(msg)
+        self._publish(self._diag_pub, msg)
+
+    def _publish(self, publisher: Any, msg: Any) -> None:
+        """Publish from any thread, unless ROS is shutting down (Ctrl-C while a thread runs)."""
+        if not self.context.ok():
+            return
+        try:
+            publisher.publish(msg)
+        except RuntimeError:   # rcl's RCLError: the context went away after the check
+            if self.context.ok():
+                raise
 
     def _on_set_parameters(self, changes: list[Parameter]) -> SetParametersResult:
         """Accept changes that are safe while running; reject the rest with the reason."""
-        cfg, reason = params.check_update(self._values, changes)
+        cfg, checked, reason = params.check_update(self._values, changes)
         if cfg is None:
             return SetParametersResult(successful=False, reason=reason)
-        self._values.update({p.name: p.value for p in changes})
+        self._values.update(checked)
         if cfg.period_s != self._cfg.period_s:
             self._timer.timer_period_ns = int(cfg.period_s * 1e9)
             self._timer.reset()
@@ -283,7 +299,7 @@ class AlpamayoOffloadNode(Node):
             self._cfg = self._sized(cfg)
         return SetParametersResult(successful=True)
 
-    def _sized(self, cfg: params.NodeConfig) -> params.NodeConfig:
+    def _sized(self, cfg: NodeConfig) -> NodeConfig:
         """`cfg` with the model's frame sizing (once known) and the JPEG decoder: objects."""
         return dataclasses.replace(cfg, assembly=dataclasses.replace(
             cfg.assembly, model_sizing=self._sizing, jpeg_decoder=self._jpeg_decoder))
@@ -296,32 +312,26 @@ class AlpamayoOffloadNode(Node):
             self._ahead_pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _jpeg_decoder(cfg: params.NodeConfig) -> JpegDecoder | None:
-    """Build the GPU JPEG decoder for `images.decoder: gpu`; None decodes on the CPU."""
-    if cfg.decoder != 'gpu':
-        return None
-    from ..engine.gpu_jpeg import GpuJpegUnavailableError, TorchvisionJpegDecoder  # noqa: PLC0415
-    try:
-        return TorchvisionJpegDecoder(str(cfg.engine['device']))
-    except GpuJpegUnavailableError as err:
-        raise ParameterError(str(err)) from err
-
-
-def main(args: list[str] | None = None, engine_loader: EngineLoader = load_engine) -> None:
+def main(args: list[str] | None = None, engine_loader: EngineLoader = load_node_engine) -> None:
     """Entry point of `alpamayo_offload_node` and `python -m alpamayo_offload.ros.node`.
 
     `engine_loader` is the seam for tests that need an engine with a known answer (a planted
     trajectory); the installed entry point always loads the real engine.
     """
     logging.basicConfig(level=logging.INFO, format='[%(name)s] %(message)s')
-    rclpy.init(args=args)
+    log = logging.getLogger(__name__)
+    try:
+        rclpy.init(args=args)
+    except RuntimeError as err:   # rcl's RCLError: an unreadable parameter file, bad arguments
+        log.error('%s: cannot start: %s', NODE_NAME, err)
+        raise SystemExit(2) from None
     node = None
     try:
         node = AlpamayoOffloadNode(engine_loader)
         rclpy.spin(node)
     except ParameterError as err:
-        logging.getLogger(__name__).error('invalid parameters: %s', err)
-        raise SystemExit(2) from err
+        log.error('%s: invalid parameters: %s', NODE_NAME, err)
+        raise SystemExit(2) from None
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     finally:

@@ -4,7 +4,7 @@ The node module imports rclpy and torch (seconds); the stop handlers go in befor
 """
 from __future__ import annotations
 
-from .stop_signals import exit_quietly_on_stop
+from ..app.stop_signals import exit_quietly_on_stop
 
 
 def main() -> None:

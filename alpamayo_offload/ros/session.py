@@ -19,7 +19,7 @@ from nav_msgs.msg import Path as PathMsg
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 
-from .node import NODE_NAME
+from ..app.schema import NODE_NAME
 
 _NS = 1_000_000_000
 NODE_COMMAND = (sys.executable, '-m', 'alpamayo_offload.ros.node')

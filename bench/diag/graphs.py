@@ -92,7 +92,7 @@ def _timed(engine: Engine, model_input: Any, runs: int) -> dict[str, Any]:
     torch.cuda.synchronize()
     return {'ms': ms, 'kept_by_capture_mib': grown / MIB,
             'peak_over_base_mib': (torch.cuda.max_memory_allocated() - base) / MIB,
-            'captured': engine.info['layer_graphs'], 'segments': _segments()}
+            'captured': engine.info.layer_graphs, 'segments': _segments()}
 
 
 def _bit_check(engine: Engine, model_input: Any, plans: Plans) -> list[dict[str, Any]]:
@@ -121,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
     out = out_dir(args)
     engine = paper_engine(model='full', device='cuda', mode='preload', pin_all_layers=True)
     model_input = engine.example_input(presized=True)
-    plans = _plans(engine.info['layers']['lm'], plan_from_file(args.plan) if args.plan else None)
+    plans = _plans(engine.info.layers['lm'], plan_from_file(args.plan) if args.plan else None)
     results: dict[str, dict[str, list[dict[str, Any]]]] = {
         name: {'off': [], 'on': []} for name in plans}
     for _ in range(args.rounds):

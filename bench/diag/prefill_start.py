@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     out = out_dir(args)
     engine = paper_engine(model=args.model, device=args.device, mode='pipelined',
                           pin_all_layers=True, instrument=True)
-    n_lm = engine.info['layers']['lm']
+    n_lm = engine.info.layers['lm']
     if not 0 <= args.lm_resident <= n_lm:
         print(f"--lm-resident {args.lm_resident}: give 0 to {n_lm} (the model's LM layers)",
               file=sys.stderr)

@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
               'pin_all_layers': args.pin_all_layers, 'load_s': round(loaded, 1),
               'replan_s': replans,
               'peak_rss_gib': round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
-              'host_store_gib': round(engine.info['host_store_bytes'] / 2**30, 2)}
+              'host_store_gib': round(engine.info.host_store_bytes / 2**30, 2)}
     (out / 'replan.json').write_text(json.dumps(result, indent=1) + '\n')
     print(json.dumps(result))
     return 0

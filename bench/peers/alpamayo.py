@@ -162,8 +162,8 @@ class AlpamayoBench(RowBench):
         self.current = (spec.runtime, spec.cap_gib)
         info = self.engine.info
         return {'setup_s': time.perf_counter() - start, 'predicted_s': predicted,
-                'registered_pinned_bytes': int(info.get('pinned_bytes', 0)),
-                'required_bytes': info.get('required_bytes'),
+                'registered_pinned_bytes': info.pinned_bytes,
+                'required_bytes': info.required_bytes,
                 'detail': {'resident': {s: list(placement.indices(s))
                                         for s in ('vit', 'lm', 'expert')},
                            'embed_on_host': placement.embed_on_host, **extra}}

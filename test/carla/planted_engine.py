@@ -15,11 +15,11 @@ from typing import Any
 
 import numpy as np
 
+from alpamayo_offload.app.config import NodeConfig
+from alpamayo_offload.app.engine_loader import LoadedEngine
+from alpamayo_offload.app.synthetic_drive import DriveConfig, ego_pose
 from alpamayo_offload.assembly.poses import quat_to_matrix
-from alpamayo_offload.engine import STAGES, EngineResult
-from alpamayo_offload.ros.engine_loader import LoadedEngine
-from alpamayo_offload.ros.node_config import NodeConfig
-from alpamayo_offload.ros.synthetic_drive import DriveConfig, ego_pose
+from alpamayo_offload.engine import STAGES, EngineInfo, EngineResult
 
 NS = 1_000_000_000
 
@@ -38,10 +38,13 @@ class PlantedEngine:
     def __init__(self, drive: DriveConfig, rear_axle_offset: tuple[float, float, float]) -> None:
         self._drive = drive
         self._offset = rear_axle_offset
-        self.info: dict[str, Any] = {
-            'model': 'PlantedEngine (test double: true future)', 'device': 'cpu',
-            'budget_bytes': None, 'required_bytes': 0, 'embed_on_host': False,
-            'resident_layers': {'vit': [], 'lm': [], 'expert': []}, 'vram_used_bytes': 0}
+        self.info = EngineInfo(
+            model='PlantedEngine (test double: true future)', model_identity='planted',
+            device='cpu', dtype='float64', mode='preload', budget_bytes=None, required_bytes=0,
+            embed_on_host=False, resident_layers={'vit': (), 'lm': (), 'expert': ()},
+            layers={}, embed_bytes=0, fixed_bytes=0, working_set_bytes=0, hidden_size=0,
+            prompt_tokens=0, pinned_bytes=0, layer_graphs=0, host_store_bytes=0, torch='',
+            host='', kernel_settings='')
 
     def infer(self, model_input: Any) -> EngineResult:
         """Ignore the images; return the drive's future after `model_input.t0_ns`."""

@@ -18,10 +18,10 @@ import pytest
 import yaml
 from planted_engine import rear_axle_truth, save_drive  # test/carla is on sys.path
 
+from alpamayo_offload.app import carla
+from alpamayo_offload.app.synthetic_drive import DriveConfig, write_drive
 from alpamayo_offload.assembly.poses import quat_to_matrix
-from alpamayo_offload.ros import carla
 from alpamayo_offload.ros.session import SessionResult, default_params_file, run_session
-from alpamayo_offload.ros.synthetic_drive import DriveConfig, write_drive
 
 pytestmark = pytest.mark.slow
 NS = 1_000_000_000

@@ -5,11 +5,11 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
 
-from alpamayo_offload.ros import carla, params
-from alpamayo_offload.ros.errors import ParameterError
-from alpamayo_offload.ros.node_config import flatten_parameters
+from alpamayo_offload.app import carla, schema
+from alpamayo_offload.app.config import config_from_values
+from alpamayo_offload.app.errors import ParameterError
+from alpamayo_offload.app.param_file import read_param_file
 
 ROOT = Path(__file__).resolve().parents[2]
 OBJECTS = ROOT / 'config' / 'carla_objects.json'
@@ -48,20 +48,18 @@ def test_rig_matches_alpamayo_cameras_in_the_spawner_format() -> None:
 
 
 def test_carla_parameter_file_is_valid_and_relative_budget_needs_cuda() -> None:
-    carla_values = flatten_parameters(
-        yaml.safe_load(CARLA_YAML.read_text())['/**']['ros__parameters'])
-    assert set(carla_values) <= set(params.PARAMETERS)
-    defaults = {name: default for name, (default, _) in params.PARAMETERS.items()}
+    carla_values = read_param_file(CARLA_YAML)
+    assert set(carla_values) <= set(schema.PARAMETERS)
     launch = carla.node_overrides(carla.DEFAULT_ROLE, 'free-1.5GiB', '[-1.389, 0.0, 0.0]',
                                   'cuda', '/models/alpamayo-r1')
-    launch.pop('use_sim_time')                           # a ROS parameter, not the node's
-    cfg = params.config_from_values(defaults | carla_values | launch)
-    assert cfg.vram_budget == 'free-1.5GiB' and cfg.engine['device'] == 'cuda'
+    assert launch['use_sim_time'] is True                # ROS's own: accepted, not a setting
+    cfg = config_from_values(carla_values | launch)
+    assert cfg.vram_budget == 'free-1.5GiB' and cfg.engine.device == 'cuda'
     assert cfg.output_frame_id == 'ego_vehicle/rear_axle' and cfg.odom_frame_id == 'map'
     assert cfg.assembly.rear_axle_offset == (-1.389, 0.0, 0.0)
     assert [c.compressed for c in cfg.cameras] == [False] * 4 and cfg.camera_reliable
     with pytest.raises(ParameterError, match="free VRAM.*device is 'cpu'"):
-        params.config_from_values(defaults | carla_values | launch | {'device': 'cpu'})
+        config_from_values(carla_values | launch | {'device': 'cpu'})
 
 
 def test_bridge_remaps_follow_the_bridge_names() -> None:

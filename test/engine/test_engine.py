@@ -10,8 +10,10 @@ import torch
 
 from alpamayo_offload.engine import (
     Engine,
+    EngineBudgetError,
     EngineConfig,
     EngineError,
+    EngineInfo,
     EngineInputError,
     example_input,
 )
@@ -73,9 +75,9 @@ def test_replan_and_embedding_on_host_keep_the_result(inputs, reference) -> None
         engine.replan(resident={'lm': (1,)}, mode='pipelined', embed_on_host=True)
         assert engine.model.vlm.model.language_model.embed_tokens.weight.device.type == 'cpu'
         got = engine.infer(inputs)
-        assert engine.info['embed_on_host'] is True
-        assert engine.info['resident_layers']['lm'] == [1]
-        assert engine.info['kernel_settings'] == kernel_settings(   # as a profile records
+        assert engine.info.embed_on_host is True
+        assert engine.info.resident_layers['lm'] == (1,)
+        assert engine.info.kernel_settings == kernel_settings(   # as a profile records
             fused_norms=True, layer_graphs=False)                  # (graphs need CUDA)
     finally:
         engine.close()
@@ -86,7 +88,7 @@ def test_layers_pinned_once_give_the_result_under_every_plan(inputs, reference) 
     """`pin_all_layers`: the layers live in one host store; replans only re-point them."""
     engine = Engine.from_config(EngineConfig(mode='pipelined', pin_all_layers=True, **SMALL))
     try:
-        assert engine.info['host_store_bytes'] > engine.info['pinned_bytes'] == 0  # no CUDA
+        assert engine.info.host_store_bytes > engine.info.pinned_bytes == 0  # no CUDA
         layers = engine.model.vlm.model.language_model.layers
         for mode, resident in (('pipelined', {}), ('pipelined', {'lm': (0, 2), 'vit': (1,)}),
                                ('sequential', {'expert': (0, 1)}), ('preload', {})):
@@ -126,10 +128,30 @@ def test_a_loaded_engine_runs_only_once_a_plan_is_attached(inputs, reference) ->
                 use()
         engine.replan(resident={'lm': (1,)}, mode='pipelined')
         got = engine.infer(inputs)
-        assert engine.info['resident_layers']['lm'] == [1]
+        assert engine.info.resident_layers['lm'] == (1,)
     finally:
         engine.close()
     assert np.array_equal(got.samples_xyz, reference.samples_xyz)
+
+
+def test_a_plan_over_budget_is_an_engine_budget_error_and_the_model_stays(inputs,
+                                                                          reference) -> None:
+    """Callers catch the type (the engine loader falls back to another plan), not a cause."""
+    engine = Engine.load(EngineConfig(mode='pipelined', **SMALL))
+    try:
+        engine.replan(resident={}, mode='pipelined', embed_on_host=True)
+        floor = engine.info.required_bytes
+        with pytest.raises(EngineBudgetError, match='over by'):
+            engine.replan(resident={'lm': (0, 1, 2)}, mode='pipelined', budget_bytes=floor)
+        engine.replan(resident={}, mode='pipelined', budget_bytes=floor, embed_on_host=True)
+        assert np.array_equal(engine.infer(inputs).samples_xyz, reference.samples_xyz)
+        info = engine.info
+        assert isinstance(info, EngineInfo) and info.budget_bytes == floor
+        plain = info.as_dict()
+        assert plain['resident_layers'] == {'vit': [], 'lm': [], 'expert': []}
+        assert plain['required_bytes'] == floor and plain['gpu'] == ''   # CPU: no GPU fields
+    finally:
+        engine.close()
 
 
 def test_streamed_bytes_count_every_pass(inputs) -> None:
@@ -206,7 +228,7 @@ def test_checkpoint_diffusion_steps_are_run_unless_overridden(inputs, tmp_path: 
                                                  diffusion_steps=override))
         try:
             result = engine.infer(inputs)
-            steps[override] = (engine.info['diffusion_steps'], result.diffusion_steps,
+            steps[override] = (engine.info.diffusion_steps, result.diffusion_steps,
                                result.streaming['bytes_streamed'])
             expert_bytes = sum(engine._layer_bytes['expert'])
         finally:
@@ -218,7 +240,7 @@ def test_checkpoint_diffusion_steps_are_run_unless_overridden(inputs, tmp_path: 
 def test_preset_runs_ten_steps_by_default(inputs) -> None:
     engine = Engine.from_config(EngineConfig(mode='preload', fixed_decode_tokens=1))
     try:
-        assert engine.info['diffusion_steps'] == 10
+        assert engine.info.diffusion_steps == 10
         assert engine.infer(inputs).diffusion_steps == 10
     finally:
         engine.close()
@@ -258,7 +280,7 @@ def test_cuda_layers_pinned_once_match_preload_bit_for_bit() -> None:
     try:
         for resident in ({}, {'lm': (0, 2), 'vit': (1, 2), 'expert': (2,)}, {}):
             engine.replan(resident=resident, mode='pipelined')
-            assert 0 < engine.info['pinned_bytes'] <= engine.info['host_store_bytes']
+            assert 0 < engine.info.pinned_bytes <= engine.info.host_store_bytes
             got = engine.infer(inputs)
             assert np.array_equal(got.samples_xyz, ref.samples_xyz), resident
             assert got.coc_token_ids == ref.coc_token_ids
@@ -293,9 +315,9 @@ def test_cuda_layer_graphs_change_no_bit(num_samples: int) -> None:
         for mode, resident in (('preload', {}), ('pipelined', {'lm': (0, 2), 'expert': (1, 2)}),
                                ('preload', {})):
             engine.replan(resident=resident, mode=mode)
-            assert engine.info['layer_graphs'] == 0            # captured on first use
+            assert engine.info.layer_graphs == 0            # captured on first use
             runs = [engine.infer(inputs) for _ in range(2)]      # capture, then replay
-            assert engine.info['layer_graphs'] > 0
+            assert engine.info.layer_graphs > 0
             for got in runs:
                 assert np.array_equal(got.samples_xyz, ref.samples_xyz), resident
                 assert np.array_equal(got.samples_rot, ref.samples_rot), resident
@@ -324,7 +346,7 @@ def test_per_op_norms_give_the_fused_result_on_cpu_and_say_so(inputs, reference)
     engine = Engine.from_config(EngineConfig(mode='preload', fused_norms=False, **SMALL))
     try:
         got = engine.infer(inputs)
-        assert 'norms=per-op' in engine.info['kernel_settings']   # profiles differ
+        assert 'norms=per-op' in engine.info.kernel_settings   # profiles differ
     finally:
         engine.close()
     assert np.array_equal(got.samples_xyz, reference.samples_xyz)
@@ -335,10 +357,10 @@ def test_cuda_kernel_settings_follow_the_plans_graphs() -> None:
     """A plan re-attached eagerly (as the profiler times streamed calls) says so."""
     engine = Engine.from_config(EngineConfig(mode='preload', **CUDA))
     try:
-        assert engine.info['kernel_settings'].endswith('graphs=resident')
+        assert engine.info.kernel_settings.endswith('graphs=resident')
         engine.replan(resident={}, mode='preload', layer_graphs=False)
-        assert engine.info['kernel_settings'].endswith('graphs=off')
+        assert engine.info.kernel_settings.endswith('graphs=off')
         engine.infer(example_input(216, 384))
-        assert engine.info['layer_graphs'] == 0
+        assert engine.info.layer_graphs == 0
     finally:
         engine.close()

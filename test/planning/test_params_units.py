@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from alpamayo_offload.app.param_file import flatten_parameters
 from alpamayo_offload.planning.errors import BudgetError, PlanFileError
 from alpamayo_offload.planning.params import (
     PARAM_KEYS,
@@ -17,7 +18,6 @@ from alpamayo_offload.planning.params import (
     write_plan_params,
 )
 from alpamayo_offload.planning.units import format_bytes, parse_budget, parse_bytes
-from alpamayo_offload.ros.node_config import flatten_parameters
 
 GIB = 2**30
 

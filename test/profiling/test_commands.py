@@ -130,9 +130,9 @@ def test_predict_curve_and_plan_breakdown(profile_path: Path, tmp_path: Path,
 
 def test_plans_are_made_for_the_nodes_decode_limit(profile_path: Path, tmp_path: Path,
                                                    caplog: pytest.LogCaptureFixture) -> None:
-    from alpamayo_offload.ros.node_config import PARAMETERS
+    from alpamayo_offload.app.schema import PARAMETERS
 
-    assert commands.NODE_MAX_DECODE_TOKENS == PARAMETERS['decode.max_tokens'][0]
+    assert commands.NODE_MAX_DECODE_TOKENS == PARAMETERS['decode.max_tokens'].default
     out = tmp_path / 'p.yaml'
     assert _run(['plan', '--profile', str(profile_path), '--budget', '12GiB',
                  '--out', str(out)]) == 0

@@ -56,10 +56,10 @@ def test_a_plan_packed_to_the_byte_is_accepted_and_counted_alike(engine: Engine,
     engine.replan(resident={s: got.placement.indices(s) for s in ('vit', 'lm', 'expert')},
                   mode='pipelined', budget_bytes=budget,
                   embed_on_host=got.placement.embed_on_host)
-    assert engine.info['required_bytes'] == got.vram.total
+    assert engine.info.required_bytes == got.vram.total
     engine.replan(resident={s: wanted.indices(s) for s in ('vit', 'lm', 'expert')},
                   mode='pipelined', budget_bytes=budget, embed_on_host=embed_on_host)
-    assert engine.info['required_bytes'] == budget
+    assert engine.info.required_bytes == budget
 
 
 def test_a_profile_built_without_footprints_counts_parameter_bytes(engine: Engine) -> None:
@@ -123,7 +123,7 @@ def test_the_plan_counts_the_kv_cache_of_the_nodes_decode_limit(engine: Engine) 
             continue
         node.replan(resident=resident, mode='pipelined', budget_bytes=budget,
                     embed_on_host=got.placement.embed_on_host)
-        assert node.info['required_bytes'] == budget
+        assert node.info.required_bytes == budget
 
 
 def test_working_set_for_another_decode_limit() -> None:

@@ -47,6 +47,6 @@ def test_profile_times_layer_issue_and_streaming_hooks_apart() -> None:
     engine.replan(resident={s: got.placement.indices(s) for s in ('vit', 'lm', 'expert')},
                   mode='pipelined', budget_bytes=budget,
                   embed_on_host=got.placement.embed_on_host)
-    assert engine.info['required_bytes'] == got.vram.total <= budget
+    assert engine.info.required_bytes == got.vram.total <= budget
     engine.close()
     torch.cuda.empty_cache()

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from replay_doubles import DURATION_S
 
-from alpamayo_offload.ros.synthetic_drive import DriveConfig, write_drive
+from alpamayo_offload.app.synthetic_drive import DriveConfig, write_drive
 
 
 @pytest.fixture(scope='session')

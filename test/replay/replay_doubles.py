@@ -12,12 +12,12 @@ from rosbags.highlevel import AnyReader
 from rosbags.rosbag2 import StoragePlugin, Writer
 from rosbags.typesys import Stores, get_typestore
 
+from alpamayo_offload.app.synthetic_drive import DriveConfig
 from alpamayo_offload.assembly import AssemblyConfig, ModelInput
 from alpamayo_offload.replay.config import CameraTopic, ReplayConfig
 from alpamayo_offload.replay.ground_truth import ground_truth
 from alpamayo_offload.replay.loop import PreparedBag
 from alpamayo_offload.replay.metrics import N_STEPS
-from alpamayo_offload.ros.synthetic_drive import DriveConfig
 
 # 10 s drives: 1.5 s history warm-up + 6.4 s future leave ~2 s of evaluation times.
 DURATION_S = 10.0

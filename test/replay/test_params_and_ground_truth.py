@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from replay_doubles import replay_config
 
+from alpamayo_offload.app.synthetic_drive import ego_pose
 from alpamayo_offload.assembly import Pose
 from alpamayo_offload.assembly.poses import quat_to_matrix
 from alpamayo_offload.model.inputs import to_t0_frame
@@ -15,7 +16,6 @@ from alpamayo_offload.replay.errors import ReplayConfigError
 from alpamayo_offload.replay.ground_truth import ground_truth, to_ego_frame
 from alpamayo_offload.replay.loop import prepare_bag
 from alpamayo_offload.replay.params import load_replay_config, parse_remaps
-from alpamayo_offload.ros.synthetic_drive import ego_pose
 
 NODE_YAML = Path(__file__).resolve().parents[2] / 'config' / 'alpamayo_offload.yaml'
 
@@ -23,12 +23,14 @@ NODE_YAML = Path(__file__).resolve().parents[2] / 'config' / 'alpamayo_offload.y
 def test_node_yaml_with_remaps(tmp_path: Path) -> None:
     cfg = load_replay_config([NODE_YAML], remaps=parse_remaps(
         ['~/input/odometry:=/localization/odometry',
-         '/alpamayo_offload/input/camera_6/image:=/cam/tele/compressed']))
+         '/alpamayo_offload_node/input/camera_6/image:=/cam/tele/compressed']))
     assert cfg.odometry_topic == '/localization/odometry'
-    assert cfg.cameras[0].topic == '/alpamayo_offload/input/camera_0/image'
+    assert cfg.cameras[0].topic == '/alpamayo_offload_node/input/camera_0/image'   # as the node
     assert cfg.cameras[3].topic == '/cam/tele/compressed'
     assert cfg.rate_hz == pytest.approx(2.0)           # 1 / inference.period_s
-    assert cfg.engine['model'] == 'tiny' and cfg.assembly.frame_tolerance_s == 0.05
+    assert cfg.engine.model == 'tiny' and cfg.assembly.frame_tolerance_s == 0.05
+    other = load_replay_config([NODE_YAML], node_name='other')
+    assert other.cameras[0].topic == '/other/input/camera_0/image'
 
 
 def test_plan_file_is_merged_last(tmp_path: Path) -> None:
@@ -38,15 +40,17 @@ def test_plan_file_is_merged_last(tmp_path: Path) -> None:
                     "    vram_budget: 12GiB\n    plan:\n      predicted_latency_s: 1.5\n"
                     "      profile: p.json#sha256=ab\n")
     cfg = load_replay_config([NODE_YAML, plan], rate_hz=0.5, overrides={'device': 'cuda'})
-    assert cfg.engine['resident'] == {'lm': (0, 3)}
-    assert cfg.engine['budget_bytes'] == 12 * 2**30 and cfg.engine['device'] == 'cuda'
+    assert cfg.engine.resident == {'lm': (0, 3)}
+    assert cfg.vram_budget == '12GiB' and cfg.engine.device == 'cuda'
+    assert cfg.engine.budget_bytes is None        # resolved once, by the engine loader
     assert cfg.plan_info['plan.predicted_latency_s'] == 1.5 and cfg.rate_hz == 0.5
 
 
 def test_bad_parameter_files(tmp_path: Path) -> None:
     bad = tmp_path / 'bad.yaml'
     bad.write_text('/**:\n  ros__parameters:\n    sync:\n      frame_tolerance: 0.1\n')
-    with pytest.raises(ReplayConfigError, match=r"unknown parameters \['sync.frame_tolerance'\]"):
+    with pytest.raises(ReplayConfigError, match=r"unknown parameter 'sync.frame_tolerance' "
+                                                r"\(did you mean 'sync.frame_tolerance_s'\?\)"):
         load_replay_config([NODE_YAML, bad])
     bad.write_text('/**:\n  ros__parameters:\n    cameras:\n      slots: [0, 1]\n')
     with pytest.raises(ReplayConfigError, match=r'cameras.slots \(2\), cameras.topics \(4\)'):

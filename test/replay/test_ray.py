@@ -93,8 +93,8 @@ def test_sharded_replay_equals_serial_and_survives_a_killed_worker(
 
     # One worker dies on its second sample; its shard runs again on a fresh actor.
     marker = tmp_path / 'died'
-    sharded = run_sharded(bags, cfg, DyingFactory(cfg.engine, 1, str(marker)), tmp_path / 'ray',
-                          workers=2, progress=False, bev_count=0)
+    sharded = run_sharded(bags, cfg, DyingFactory(cfg.engine, 1, marker=str(marker)),
+                          tmp_path / 'ray', workers=2, progress=False, bev_count=0)
     assert marker.exists()                              # a worker did die mid-run
     assert sharded.exit_code == 0 and sharded.metrics['complete']
     assert _deterministic(sharded.metrics) == _deterministic(serial.metrics)

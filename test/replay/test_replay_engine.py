@@ -67,6 +67,29 @@ def test_tiny_engine_end_to_end_is_deterministic(bag_factory, tmp_path: Path) ->
 
 
 @pytest.mark.slow
+def test_replay_loads_the_engine_as_the_node_does(bag_factory, tmp_path: Path) -> None:
+    """A plan over the budget falls back as in the node, and the report says so."""
+    from alpamayo_offload.app.config import config_from_values
+    from alpamayo_offload.app.engine_loader import load_engine
+
+    bag, drive = bag_factory()
+    fast = tmp_path / 'fast.yaml'
+    fast.write_text('/**:\n  ros__parameters:\n    decode:\n      max_tokens: 8\n')
+    streaming = config_from_values({'decode.max_tokens': 8, 'embed_on_host': True}).engine
+    floor = load_engine(streaming, '').engine.info.required_bytes
+    plan = tmp_path / 'plan.yaml'      # all resident: does not fit a budget just above streaming
+    plan.write_text(f"/**:\n  ros__parameters:\n    vram_budget: '{floor + 1000}'\n"
+                    '    resident_layers:\n      vit: [0, 1, 2, 3]\n      lm: [0, 1, 2]\n'
+                    '      expert: [0, 1, 2]\n')
+    assert _replay(bag, drive, fast, tmp_path / 'r', '--plan', str(plan)) == 0
+    doc = json.loads((tmp_path / 'r' / 'metrics.json').read_text())
+    assert doc['model']['start']['plan_source'] == 'stream everything, embedding in host RAM'
+    assert 'does not fit' in doc['model']['start_warning']
+    assert doc['model']['budget_bytes'] == floor + 1000 and doc['config']['vram_budget'] == \
+        str(floor + 1000)
+
+
+@pytest.mark.slow
 def test_ctrl_c_keeps_samples_and_resume_finishes(bag_factory, tmp_path: Path) -> None:
     bag, drive = bag_factory()
     fast = tmp_path / 'fast.yaml'

@@ -90,7 +90,7 @@ def test_resume_drops_a_half_written_line(bag_factory, tmp_path: Path, caplog) -
 
 
 def test_replay_config_validation_names_field() -> None:
-    from alpamayo_offload.ros.synthetic_drive import DriveConfig
+    from alpamayo_offload.app.synthetic_drive import DriveConfig
     cfg = replay_config(DriveConfig())
     with pytest.raises(ValueError, match=r'rate_hz = 0.0 must be a finite number > 0'):
         dataclasses.replace(cfg, rate_hz=0.0)

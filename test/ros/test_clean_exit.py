@@ -19,7 +19,7 @@ import pytest
 import rclpy
 from rclpy.node import Node
 
-from alpamayo_offload.ros.synthetic_drive import DriveConfig, write_drive
+from alpamayo_offload.app.synthetic_drive import DriveConfig, write_drive
 
 pytestmark = [
     pytest.mark.slow,

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
+from alpamayo_offload.app.synthetic_drive import DriveConfig, write_drive
 from alpamayo_offload.ros.demo import remaps_for
 from alpamayo_offload.ros.session import run_session
-from alpamayo_offload.ros.synthetic_drive import DriveConfig, write_drive
 
 pytestmark = pytest.mark.slow
 

@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from alpamayo_offload.app.synthetic_drive import DriveConfig, write_drive
 from alpamayo_offload.ros.demo import remaps_for
 from alpamayo_offload.ros.diagnostics import STAGE_KEYS
 from alpamayo_offload.ros.session import SessionResult, run_session
-from alpamayo_offload.ros.synthetic_drive import DriveConfig, write_drive
 
 pytestmark = pytest.mark.slow
 NS = 1_000_000_000

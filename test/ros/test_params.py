@@ -1,82 +1,81 @@
+"""The schema in ROS: descriptors, declaration from checked overrides, run-time updates."""
 from __future__ import annotations
 
-from pathlib import Path
+import math
 
 import pytest
-import yaml
+import rclpy
+from rcl_interfaces.msg import ParameterType
+from rclpy.node import Node
 from rclpy.parameter import Parameter
 
+from alpamayo_offload.app import schema
+from alpamayo_offload.app.errors import ParameterError
 from alpamayo_offload.ros import params
-from alpamayo_offload.ros.errors import ParameterError
-from alpamayo_offload.ros.node_config import flatten_parameters
-
-CONFIG = Path(__file__).resolve().parents[2] / 'config' / 'alpamayo_offload.yaml'
 
 
+@pytest.fixture
+def make_node():
+    """A bare rclpy node with the given parameter overrides (as parameter files set them)."""
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx)
+    nodes = []
+
+    def make(**overrides: object) -> Node:
+        node = Node(schema.NODE_NAME, context=ctx, parameter_overrides=[
+            Parameter(k, value=v) for k, v in overrides.items()])
+        nodes.append(node)
+        return node
+    yield make
+    for node in nodes:
+        node.destroy_node()
+    rclpy.try_shutdown(context=ctx)
 
 
-def yaml_values() -> dict:
-    return flatten_parameters(yaml.safe_load(CONFIG.read_text())['/**']['ros__parameters'])
+def test_descriptors_come_from_the_schema() -> None:
+    for name, spec in schema.PARAMETERS.items():
+        desc = params.descriptor(spec)
+        assert desc.read_only == spec.restart and desc.description == spec.ros_description()
+        assert desc.dynamic_typing == (spec.kind.element is schema.Kind.DOUBLE), name
+    period = params.descriptor(schema.PARAMETERS['inference.period_s'])
+    assert period.floating_point_range[0].from_value == 0.0
+    assert math.isinf(period.floating_point_range[0].to_value)
+    slots = params.descriptor(schema.PARAMETERS['cameras.slots'])
+    assert slots.type == ParameterType.PARAMETER_INTEGER_ARRAY and not slots.integer_range
+    depth = params.descriptor(schema.PARAMETERS['buffers.camera_depth'])
+    assert (depth.integer_range[0].from_value, depth.type) == (4, ParameterType.PARAMETER_INTEGER)
 
 
-def test_yaml_keys_match_declared_parameters() -> None:
-    assert set(yaml_values()) == set(params.PARAMETERS)
+def test_declare_takes_checked_overrides(make_node) -> None:
+    node = make_node(**{'inference.period_s': 1, 'odometry.rear_axle_offset': [-1, 0, 0],
+                        'plan.profile': 'p.json#sha256=ab', 'use_sim_time': True})
+    values = params.declare(node)
+    assert node.get_parameter('inference.period_s').value == 1.0
+    assert node.get_parameter('inference.period_s').type_ == Parameter.Type.DOUBLE
+    assert list(node.get_parameter('odometry.rear_axle_offset').value) == [-1.0, 0.0, 0.0]
+    assert node.get_parameter('plan.profile').value == 'p.json#sha256=ab'
+    assert values['inference.period_s'] == 1.0 and 'use_sim_time' not in values
+    assert node.describe_parameter('model').read_only
 
 
-def test_yaml_defaults_equal_declared_defaults() -> None:
-    for name, value in yaml_values().items():
-        assert value == params.PARAMETERS[name][0], name
-
-
-def test_default_config_and_planner_overrides() -> None:
-    values = yaml_values()
-    cfg = params.config_from_values(values)
-    assert cfg.engine['resident'] == {} and cfg.vram_budget == ''
-    assert cfg.engine['embed_on_host'] is False and cfg.torch_threads == 1
-    assert cfg.decode_ahead is True and cfg.decode_ahead_min_interval_s == 0.08
-    assert [c.slot for c in cfg.cameras] == [0, 1, 2, 6]
-    planner = {'vram_budget': '12.000GiB', 'resident_layers.lm': [6, 0, 3],
-               'resident_layers.vit': [1], 'resident_layers.expert': [-1],
-               'embed_on_host': True, 'plan.predicted_latency_s': 2.5}
-    cfg = params.config_from_values(values | planner)
-    assert cfg.engine['resident'] == {'lm': (0, 3, 6), 'vit': (1,)}
-    assert cfg.engine['embed_on_host'] is True
-    assert cfg.vram_budget == '12.000GiB'
-    assert cfg.plan_info == {'plan.predicted_latency_s': 2.5}
-
-
-def test_relative_budget_needs_cuda_and_says_so() -> None:
-    values = yaml_values() | {'vram_budget': 'free-2GiB'}
-    with pytest.raises(ParameterError, match=r"relative to free VRAM.*device is 'cpu'"):
-        params.config_from_values(values)
-    assert params.config_from_values(values | {'device': 'cuda'}).vram_budget == 'free-2GiB'
-    with pytest.raises(ParameterError, match='vram_budget'):
-        params.config_from_values(yaml_values() | {'vram_budget': '12 parsecs'})
-    with pytest.raises(ParameterError, match='vram_budget'):
-        params.config_from_values(yaml_values() | {'vram_budget': 12 * 2**30})
-
-
-@pytest.mark.parametrize(('key', 'value', 'match'), [
-    ('cameras.transports', ['raw', 'h264', 'raw', 'raw'], 'cameras.transports'),
-    ('cameras.slots', [0, 1, 2], 'equal length'),
-    ('images.height', 64, 'images.height'),     # without images.width (0)
-    ('mode', 'fast', 'mode'),
-    ('sync.frame_tolerance_s', -1.0, 'frame_tolerance_s'),
-    ('inference.period_s', 0.0, 'period_s'),
-    ('inference.threads', -1, 'inference.threads'),
-    ('images.decode_ahead_min_interval_s', -0.1, 'images.decode_ahead_min_interval_s'),
-    ('resident_layers.lm', [0, -1], 'resident_layers.lm'),
-])
-def test_bad_values_are_rejected_with_the_name(key: str, value: object, match: str) -> None:
-    with pytest.raises(ParameterError, match=match):
-        params.config_from_values(yaml_values() | {key: value})
+def test_bad_overrides_raise_before_anything_is_declared(make_node) -> None:
+    node = make_node(**{'sync.frame_tolerance_s': '0.05', 'sync.frame_tolerence_s': 0.1})
+    with pytest.raises(ParameterError, match=r"sync.frame_tolerance_s: expected a float.*'0.05'"
+                                             r".*unknown parameter 'sync.frame_tolerence_s'"):
+        params.declare(node)
+    assert not node.has_parameter('model')
 
 
 def test_runtime_update_rules() -> None:
-    values = yaml_values()
-    cfg, reason = params.check_update(values, [Parameter('inference.period_s', value=0.2)])
-    assert cfg is not None and cfg.period_s == 0.2 and reason == ''
-    cfg, reason = params.check_update(values, [Parameter('model', value='/ckpt')])
+    values = schema.defaults()
+    cfg, checked, reason = params.check_update(values, [Parameter('inference.period_s', value=1)])
+    assert cfg is not None and cfg.period_s == 1.0 and checked == {'inference.period_s': 1.0}
+    cfg, _, reason = params.check_update(values, [Parameter('model', value='/ckpt')])
     assert cfg is None and 'restart' in reason
-    cfg, reason = params.check_update(values, [Parameter('sync.max_input_age_s', value=-1.0)])
+    cfg, _, reason = params.check_update(values, [Parameter('sync.max_input_age_s', value=-1.0)])
     assert cfg is None and 'max_input_age_s' in reason
+    cfg, _, reason = params.check_update(values, [Parameter('sync.frame_tolerance_s',
+                                                            value='0.1')])
+    assert cfg is None and 'without quotes' in reason
+    cfg, checked, reason = params.check_update(values, [Parameter('use_sim_time', value=True)])
+    assert cfg is not None and checked == {} and reason == ''

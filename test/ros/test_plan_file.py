@@ -6,10 +6,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from alpamayo_offload.app.synthetic_drive import DriveConfig, write_drive
 from alpamayo_offload.planning import PlanParams, write_plan_params
 from alpamayo_offload.ros.demo import remaps_for
 from alpamayo_offload.ros.session import default_params_file, run_session
-from alpamayo_offload.ros.synthetic_drive import DriveConfig, write_drive
 
 pytestmark = pytest.mark.slow
 

@@ -9,48 +9,49 @@ from pathlib import Path
 
 import pytest
 
-from alpamayo_offload.engine import EngineError
+from alpamayo_offload.app.config import config_from_values
+from alpamayo_offload.app.engine_loader import LoadedEngine, _replan, load_engine
+from alpamayo_offload.app.vram import ResolvedBudget
+from alpamayo_offload.engine import EngineBudgetError
 from alpamayo_offload.planning import PlannerOptions, plan, save_profile
 from alpamayo_offload.planning.params import profile_ref
 from alpamayo_offload.planning.planner import vram_needed
 from alpamayo_offload.planning.predictor import Placement
 from alpamayo_offload.planning.profile import load_profile
-from alpamayo_offload.ros import params
-from alpamayo_offload.ros.engine_loader import _replan, load_engine
-from alpamayo_offload.ros.vram import ResolvedBudget
 from testkit.paper import table3_profile
 
 ALL_RESIDENT = {'resident_layers.vit': [0, 1, 2, 3], 'resident_layers.lm': [0, 1, 2],
                 'resident_layers.expert': [0, 1, 2]}
 
 
-def config(**values: object) -> params.NodeConfig:
-    defaults = {name: default for name, (default, _) in params.PARAMETERS.items()}
-    return params.config_from_values(defaults | values)
+def load(**values: object) -> LoadedEngine:
+    """Load as the node does from these parameter values (the rest at their defaults)."""
+    cfg = config_from_values(values)
+    return load_engine(cfg.engine, cfg.vram_budget, cfg.plan_info, torch_threads=cfg.torch_threads)
 
 
 @pytest.fixture(scope='module')
 def streaming_bytes() -> int:
     """VRAM the tiny engine needs with nothing resident and the embedding in host RAM."""
-    loaded = load_engine(config(embed_on_host=True))
-    return int(loaded.engine.info['required_bytes'])
+    loaded = load(embed_on_host=True)
+    return int(loaded.engine.info.required_bytes)
 
 
 def test_configured_plan_within_budget_is_kept() -> None:
-    loaded = load_engine(config(vram_budget='1GiB', **ALL_RESIDENT))
+    loaded = load(vram_budget='1GiB', **ALL_RESIDENT)
     assert loaded.warning == '' and loaded.report['plan_source'] == 'configured'
-    assert loaded.engine.info['resident_layers'] == {'vit': [0, 1, 2, 3], 'lm': [0, 1, 2],
-                                                     'expert': [0, 1, 2]}
+    assert loaded.engine.info.resident_layers == {'vit': (0, 1, 2, 3), 'lm': (0, 1, 2),
+                                                  'expert': (0, 1, 2)}
     assert loaded.report['vram_budget_resolved_bytes'] == 2**30
     assert loaded.report['inference_threads'] == 1
 
 
 def test_plan_over_budget_degrades_to_streaming_with_the_reason(streaming_bytes: int) -> None:
     budget = streaming_bytes + 1000          # streaming fits, all-resident does not
-    loaded = load_engine(config(vram_budget=str(budget), **ALL_RESIDENT))
+    loaded = load(vram_budget=str(budget), **ALL_RESIDENT)
     info = loaded.engine.info
-    assert info['resident_layers'] == {'vit': [], 'lm': [], 'expert': []}
-    assert info['embed_on_host'] is True and info['required_bytes'] <= budget
+    assert info.resident_layers == {'vit': (), 'lm': (), 'expert': ()}
+    assert info.embed_on_host is True and info.required_bytes <= budget == info.budget_bytes
     assert loaded.report['plan_source'] == 'stream everything, embedding in host RAM'
     assert 'does not fit' in loaded.warning and 'alpamayo-offload plan --budget' in loaded.warning
 
@@ -63,15 +64,15 @@ def test_a_refused_plan_costs_no_reload(streaming_bytes: int,
     loads = []
     real = core._load_model
     monkeypatch.setattr(core, '_load_model', lambda *a: loads.append(a) or real(*a))
-    loaded = load_engine(config(vram_budget=str(streaming_bytes + 1000), **ALL_RESIDENT))
+    loaded = load(vram_budget=str(streaming_bytes + 1000), **ALL_RESIDENT)
     assert loaded.report['plan_source'] == 'stream everything, embedding in host RAM'
     assert len(loads) == 1
     assert loaded.engine.infer(loaded.engine.example_input(108, 192)).xyz.shape == (64, 3)
 
 
 def test_budget_below_the_minimum_fails_naming_the_shortfall(streaming_bytes: int) -> None:
-    with pytest.raises(EngineError, match='over by'):
-        load_engine(config(vram_budget=str(streaming_bytes // 2), **ALL_RESIDENT))
+    with pytest.raises(EngineBudgetError, match='over by'):
+        load(vram_budget=str(streaming_bytes // 2), **ALL_RESIDENT)
 
 
 def test_replan_takes_the_planner_placement_only_from_the_matching_profile(
@@ -139,9 +140,8 @@ def test_a_byte_tight_plan_from_a_shorter_decode_profile_is_re_planned_to_fit(
     assert tight.vram.total == loose.vram.total and tight.placement.resident
     resident = {f'resident_layers.{s}': list(tight.placement.indices(s)) or [-1]
                 for s in ('vit', 'lm', 'expert')}
-    loaded = load_engine(config(vram_budget=str(tight.vram.total), **resident,
-                                embed_on_host=tight.placement.embed_on_host,
-                                **{'plan.profile': ref}))
+    loaded = load(vram_budget=str(tight.vram.total), **resident,
+                  embed_on_host=tight.placement.embed_on_host, **{'plan.profile': ref})
     assert loaded.report['plan_source'] == f're-planned from {path}'
     assert 'over by' in loaded.warning
-    assert loaded.engine.info['required_bytes'] <= tight.vram.total
+    assert loaded.engine.info.required_bytes <= tight.vram.total

@@ -301,7 +301,7 @@ def _parse_args(argv: list[str] | None) -> tuple[Path, DriveConfig]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Command line: `python -m alpamayo_offload.ros.synthetic_drive OUT [--storage ...]`."""
+    """Command line: `python -m alpamayo_offload.app.synthetic_drive OUT [--storage ...]`."""
     logging.basicConfig(level=logging.INFO, format='%(message)s')
     out, cfg = _parse_args(argv)
     write_drive(out, cfg)

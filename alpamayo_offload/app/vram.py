@@ -1,7 +1,7 @@
-"""Resolve the node's `vram_budget` spec to bytes at start-up ("12GiB", "free-2GiB", "0.8free").
+"""Resolve the `vram_budget` spec to bytes at start-up ("12GiB", "free-2GiB", "0.8free").
 
 The relative forms let the node share a GPU with a simulator: they are measured once, when the
-node starts, from `torch.cuda.mem_get_info` on the node's device (after this process's CUDA
+engine loader starts, from `torch.cuda.mem_get_info` on the node's device (after this process's CUDA
 context exists, so the context is already off the free figure). They have no meaning on a CPU.
 """
 from __future__ import annotations

@@ -7,6 +7,7 @@ import pytest
 from rosbags.highlevel import AnyReader
 from rosbags.typesys import Stores, get_typestore
 
+from alpamayo_offload.app.synthetic_drive import DriveConfig, camera_frame, ego_pose, write_drive
 from alpamayo_offload.assembly import (
     AssemblyConfig,
     InputError,
@@ -17,7 +18,6 @@ from alpamayo_offload.assembly import (
     odometry_from_msg,
 )
 from alpamayo_offload.assembly.poses import quat_to_matrix
-from alpamayo_offload.ros.synthetic_drive import DriveConfig, camera_frame, ego_pose, write_drive
 
 NS = 1_000_000_000
 

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from alpamayo_offload.ros.errors import ParameterError
-from alpamayo_offload.ros.vram import check_budget_spec, resolve_budget
+from alpamayo_offload.app.errors import ParameterError
+from alpamayo_offload.app.vram import check_budget_spec, resolve_budget
 
 
 def test_absolute_and_empty_budgets_resolve_without_a_gpu() -> None:

@@ -1,14 +1,15 @@
-"""Build the engine the node runs: torch threads, the VRAM budget resolved now, the plan checked.
+"""Build the engine the node and replay run: VRAM budget resolved once, the plan checked.
 
-Runs in the node's load thread (never at import). With a "free VRAM minus a margin" budget the
-configured plan (a planner file written while something else held the GPU) may no longer fit
-when the node starts. Then, in order: re-plan for the budget from the profile the plan file
-names (`plan.profile`), else stream every layer with the embedding in host RAM (the least VRAM
-the engine can run in), each step reported as a warning; only if even that does not fit does
-loading fail.
+Runs in the node's load thread (never at import) and in replay before the first bag. With a
+"free VRAM minus a margin" budget the configured plan (a planner file written while something
+else held the GPU) may no longer fit when the engine starts. Then, in order: re-plan for the
+budget from the profile the plan file names (`plan.profile`), else stream every layer with the
+embedding in host RAM (the least VRAM the engine can run in), each step reported as a warning;
+only if even that does not fit does loading fail.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -24,21 +25,20 @@ from ..planning import (
     plan,
 )
 from ..planning.params import split_profile_ref
-from ..runtime.errors import BudgetError as RuntimeBudgetError
 from .vram import ResolvedBudget, resolve_budget
 
 if TYPE_CHECKING:
     from ..assembly import FrameSizing
-    from .node_config import NodeConfig
+    from ..engine import Engine, EngineConfig
 
 LOG = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class LoadedEngine:
-    """The engine and what start-up decided, for diagnostics."""
+    """The engine and what start-up decided, for diagnostics and reports."""
 
-    engine: Any                 # engine.Engine (imported lazily: torch is heavy)
+    engine: Engine
     report: dict[str, Any]      # budget spec, free VRAM at start, resolved budget, threads, plan
     warning: str                # '' unless the configured plan had to change
     image_sizing: FrameSizing | None = None   # the model's frame sizing (None: frames as sent)
@@ -51,65 +51,72 @@ class _Plan:
     source: str                 # 'configured', 're-planned from <profile>', 'stream everything'
 
 
-def load_engine(cfg: NodeConfig) -> LoadedEngine:
-    """Set torch's threads, resolve `vram_budget` on the device and load a plan that fits it."""
+def load_engine(config: EngineConfig, vram_budget: str,
+                plan_info: Mapping[str, Any] | None = None, *,
+                torch_threads: int = 0) -> LoadedEngine:
+    """Resolve `vram_budget` on the device once and load a plan of `config` that fits it.
+
+    `config.budget_bytes` is replaced by the resolved budget; `plan_info` holds a plan file's
+    `plan.*` keys (`plan.profile` allows the re-plan); `torch_threads` > 0 sets torch's CPU
+    threads (process-wide) first.
+    """
     import torch
 
-    if cfg.torch_threads:
-        torch.set_num_threads(cfg.torch_threads)
-    budget = resolve_budget(cfg.vram_budget, cfg.engine['device'])
+    if torch_threads:
+        torch.set_num_threads(torch_threads)
+    plan_info = plan_info or {}
+    budget = resolve_budget(vram_budget, config.device)
+    config = dataclasses.replace(config, budget_bytes=budget.budget_bytes)
     report: dict[str, Any] = {
         'vram_budget': budget.spec or 'none',
         'vram_budget_resolved_bytes': budget.budget_bytes or 0,
         'vram_free_at_start_bytes': budget.free_bytes or 0,
         'inference_threads': torch.get_num_threads(),
     }
-    configured = _Plan(cfg.engine['resident'], cfg.engine['embed_on_host'], 'configured')
+    configured = _Plan(config.resident, config.embed_on_host, 'configured')
     fallbacks: list[Callable[[], _Plan | None]] = [
-        lambda: _replan(str(cfg.plan_info.get('plan.profile', '')), budget, cfg.engine['model'],
-                        _gpu_name(cfg.engine['device']),
-                        max_decode_tokens=cfg.engine['max_decode_tokens'],
-                        fused_norms=cfg.engine['fused_norms'],
-                        cpu_headroom=cfg.plan_info.get('plan.cpu_headroom', 1.0)),
+        lambda: _replan(str(plan_info.get('plan.profile', '')), budget, config.model,
+                        _gpu_name(config.device), max_decode_tokens=config.max_decode_tokens,
+                        fused_norms=config.fused_norms,
+                        cpu_headroom=plan_info.get('plan.cpu_headroom', 1.0)),
         lambda: _Plan({}, True, 'stream everything, embedding in host RAM'),
     ]
-    engine, refusals = _first_that_fits(cfg, budget, configured, fallbacks)
-    chosen = engine.info
+    engine, refusals = _first_that_fits(config, configured, fallbacks)
     report['plan_source'] = refusals[-1][0] if refusals else configured.source
     warning = ''
     if refusals:
+        resident = {k: list(v) for k, v in engine.info.resident_layers.items()}
         warning = (f'configured plan does not fit vram_budget {budget.spec!r} = '
                    f'{format_bytes(budget.budget_bytes or 0)} at start-up ({_free(budget)}): '
                    f'{refusals[0][1]}; running "{report["plan_source"]}" instead (resident '
-                   f'{chosen["resident_layers"]}); re-run `alpamayo-offload plan --budget '
-                   f'{budget.spec}` with the simulator running')
+                   f'{resident}); re-run `alpamayo-offload plan --budget {budget.spec}` with '
+                   'the simulator running')
         LOG.warning('%s', warning)
     return LoadedEngine(engine, report, warning, engine.image_sizing)
 
 
-def _first_that_fits(cfg: NodeConfig, budget: ResolvedBudget, configured: _Plan,
+def _first_that_fits(config: EngineConfig, configured: _Plan,
                      fallbacks: list[Callable[[], _Plan | None]]
-                     ) -> tuple[Any, list[tuple[str, str]]]:
+                     ) -> tuple[Engine, list[tuple[str, str]]]:
     """Load the model once, then attach the configured plan, else each fallback that yields one.
 
-    The runtime refuses a plan over budget before it moves anything, so a refused plan costs
-    no reload of the model.
+    The runtime refuses a plan over budget before it moves anything (`EngineBudgetError`), so a
+    refused plan costs no reload of the model.
     """
-    from ..engine import Engine, EngineConfig, EngineError
+    from ..engine import Engine, EngineBudgetError
 
-    engine = Engine.load(EngineConfig(**cfg.engine, budget_bytes=budget.budget_bytes))
+    engine = Engine.load(config)
     refusals: list[tuple[str, str]] = []   # (plan tried next, why the previous one was refused)
     pending = list(fallbacks)
     candidate: _Plan | None = configured
     while candidate is not None:
         try:
-            engine.replan(resident=candidate.resident, mode=engine.config.mode,
-                          budget_bytes=budget.budget_bytes,
-                          embed_on_host=candidate.embed_on_host,
-                          instrument=engine.config.instrument)
+            engine.replan(resident=candidate.resident, mode=config.mode,
+                          budget_bytes=config.budget_bytes,
+                          embed_on_host=candidate.embed_on_host, instrument=config.instrument)
             return engine, refusals
-        except EngineError as err:
-            if not isinstance(err.__cause__, RuntimeBudgetError) or not pending:
+        except EngineBudgetError as err:
+            if not pending:
                 raise
             reason = str(err)
         candidate = None

@@ -1,4 +1,4 @@
-"""Errors of the ROS adapter layer."""
+"""Errors of the application layer."""
 from __future__ import annotations
 
 

@@ -1,0 +1,156 @@
+"""The node's settings as typed data: parameter values (checked by the schema) -> `NodeConfig`.
+
+No ROS import: the node (`ros/params.py` declares the parameters) and rosbag replay build their
+configuration through `config_from_values`, so both map a parameter file the same way. The
+schema (`schema.py`) checks each value on its own; this module checks the rules that join
+several parameters (equal camera list lengths, image height with width, a budget that can
+resolve on the device) and builds the engine, assembly and camera settings.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..assembly import AssemblyConfig, JpegDecoder
+from ..planning import PlanFileError, resident_from_param
+from . import schema
+from .errors import ParameterError
+from .vram import check_budget_spec
+
+if TYPE_CHECKING:
+    from ..engine import EngineConfig
+
+
+@dataclass(frozen=True)
+class CameraInput:
+    """One subscribed camera."""
+
+    slot: int
+    topic: str
+    compressed: bool
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    """Everything the node reads from parameters, validated once.
+
+    `engine` leaves `budget_bytes` unset: `vram_budget` is resolved to bytes once, by the engine
+    loader at start-up ("free VRAM" forms measure the device then).
+    """
+
+    engine: EngineConfig
+    vram_budget: str                # spec: "12GiB", "free-2GiB", "0.8free" or '' (none)
+    assembly: AssemblyConfig
+    cameras: tuple[CameraInput, ...]
+    camera_reliable: bool
+    odometry_topic: str
+    output_frame_id: str
+    publish_odom_path: bool
+    odom_frame_id: str
+    period_s: float
+    decode_threads: int             # resolved: >= 1
+    decode_ahead: bool
+    decode_ahead_min_interval_s: float
+    decoder: str                    # 'cpu' or 'gpu' ('auto' resolved)
+    decode_warn_s: float            # 0: never warn
+    torch_threads: int              # 0: torch default
+    camera_depth: int
+    odometry_depth: int
+    diagnostics_period_s: float
+    plan_info: Mapping[str, Any]    # the planner file's informational plan.* keys
+
+
+def config_from_values(values: Mapping[str, Any]) -> NodeConfig:
+    """Build the node config from name -> value (missing names take their defaults).
+
+    Raises `ParameterError` naming the parameter for anything the schema or the joint rules
+    refuse.
+    """
+    v = schema.resolve(values)
+    try:
+        return _build(v)
+    except ParameterError:
+        raise
+    except (ValueError, TypeError) as err:   # EngineConfig / AssemblyConfig checks
+        raise ParameterError(str(err)) from err
+
+
+def _build(v: dict[str, Any]) -> NodeConfig:
+    slots, topics, transports = v['cameras.slots'], v['cameras.topics'], v['cameras.transports']
+    if not len(slots) == len(topics) == len(transports):
+        raise ParameterError(f'cameras.slots ({len(slots)}), cameras.topics ({len(topics)}) and '
+                             f'cameras.transports ({len(transports)}) must have equal length')
+    h, w = v['images.height'], v['images.width']
+    if (h == 0) != (w == 0):
+        raise ParameterError(f'images.height {h} / images.width {w}: both > 0, or both 0 (the '
+                             "model's own input size)")
+    if v['images.decoder'] == 'gpu' and not v['device'].startswith('cuda'):
+        raise ParameterError(f"images.decoder 'gpu' needs a CUDA device (device is "
+                             f"{v['device']!r}); use 'cpu' or 'auto'")
+    budget = v['vram_budget'].strip()
+    check_budget_spec(budget, v['device'])
+    assembly = AssemblyConfig(
+        camera_slots=tuple(slots), frame_tolerance_s=v['sync.frame_tolerance_s'],
+        rear_axle_offset=tuple(v['odometry.rear_axle_offset']),  # type: ignore[arg-type]
+        max_odometry_gap_s=v['sync.max_odometry_gap_s'],
+        odometry_tolerance_s=v['sync.odometry_tolerance_s'],
+        max_input_age_s=v['sync.max_input_age_s'],
+        max_camera_skew_s=v['sync.max_camera_skew_s'],
+        image_size_hw=(h, w) if h else None, max_pixels=v['images.max_pixels'])
+    return NodeConfig(
+        engine=engine_config(v), vram_budget=budget, assembly=assembly,
+        cameras=tuple(CameraInput(s, t, tr == 'compressed')
+                      for s, t, tr in zip(slots, topics, transports, strict=True)),
+        camera_reliable=v['cameras.reliability'] == 'reliable',
+        odometry_topic=v['odometry.topic'], output_frame_id=v['output.frame_id'],
+        publish_odom_path=v['output.publish_odom_path'],
+        odom_frame_id=v['output.odom_frame_id'], period_s=v['inference.period_s'],
+        decode_threads=v['images.decode_threads'] or min(schema.MAX_AUTO_DECODE_THREADS,
+                                                        os.cpu_count() or 1),
+        decode_ahead=v['images.decode_ahead'],
+        decode_ahead_min_interval_s=v['images.decode_ahead_min_interval_s'],
+        decoder='gpu' if v['images.decoder'] == 'gpu' else 'cpu',
+        decode_warn_s=v['images.decode_warn_ms'] / 1e3,
+        torch_threads=v['inference.threads'],
+        camera_depth=v['buffers.camera_depth'], odometry_depth=v['buffers.odometry_depth'],
+        diagnostics_period_s=v['diagnostics.period_s'],
+        plan_info={k: val for k, val in v.items() if k.startswith(schema.PLAN_PREFIX)})
+
+
+def engine_config(v: Mapping[str, Any]) -> EngineConfig:
+    """Build the `EngineConfig` of resolved values (no budget: the loader resolves it once).
+
+    `decode.diffusion_steps` 0 leaves `EngineConfig.diffusion_steps` at its default, the
+    checkpoint's own step count.
+    """
+    from ..engine import EngineConfig  # torch and the model, once the parameters are valid
+
+    resident = {}
+    for s in schema.SEQUENCES:
+        try:
+            indices = resident_from_param(v[f'resident_layers.{s}'])
+        except PlanFileError as err:
+            raise ParameterError(f'resident_layers.{s}: {err}') from err
+        if indices:
+            resident[s] = indices
+    steps = v['decode.diffusion_steps']
+    return EngineConfig(
+        model=v['model'], device=v['device'], mode=v['mode'], resident=resident,
+        embed_on_host=v['embed_on_host'], fused_norms=v['fused_norms'],
+        tokenizer_dir=v['tokenizer_dir'] or None, max_decode_tokens=v['decode.max_tokens'],
+        fixed_decode_tokens=v['decode.fixed_tokens'] or None, seed=v['decode.seed'],
+        **({'diffusion_steps': steps} if steps else {}))
+
+
+def jpeg_decoder(cfg: NodeConfig) -> JpegDecoder | None:
+    """Build the GPU JPEG decoder for `images.decoder: gpu`; None decodes on the CPU."""
+    if cfg.decoder != 'gpu':
+        return None
+    from ..engine.gpu_jpeg import GpuJpegUnavailableError, TorchvisionJpegDecoder
+
+    try:
+        return TorchvisionJpegDecoder(cfg.engine.device)
+    except GpuJpegUnavailableError as err:
+        raise ParameterError(str(err)) from err
