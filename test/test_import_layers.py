@@ -77,10 +77,10 @@ def test_subpackage_imports_respect_layers(subpackage: str) -> None:
 
 
 def _imports_ros(name: str) -> bool:
-    """rclpy or a ROS interface package (`*_msgs`, `rcl_interfaces`, `builtin_interfaces`)."""
+    """rclpy, the ament index, or a ROS interface package (`*_msgs`, `rcl_interfaces`, ...)."""
     top = name.split('.')[0]
-    return top == 'rclpy' or top.endswith('_msgs') or top in ('rcl_interfaces',
-                                                              'builtin_interfaces')
+    return top in ('rclpy', 'ament_index_python') or top.endswith('_msgs') or \
+        top in ('rcl_interfaces', 'builtin_interfaces')
 
 
 def test_ros_holds_only_modules_that_need_ros() -> None:
