@@ -239,7 +239,6 @@ class OffloadRuntime:
                     continue
                 assert self._streamer is not None
                 st = pending[id(info)]
-                self._streamed.append(st)       # before attach: detach undoes a partial one
                 found = packed.pop(id(info), None)
                 if found is not None:
                     assert self._codec is not None
@@ -255,6 +254,7 @@ class OffloadRuntime:
                     st.attach(self._streamer.slots,
                               store.region(info.sequence, info.index, st.layout), None,
                               filled=True)
+                self._streamed.append(st)
                 self._hook_streamed(info, st)
             self._check_compressed_budget()
         self._link(streamed_infos)
