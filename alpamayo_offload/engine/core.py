@@ -92,7 +92,7 @@ class Engine:
     def from_config(cls, config: EngineConfig) -> Engine:
         """Load (or randomly build) the model and attach the runtime with the configured plan."""
         engine = cls.load(config)
-        engine.replan(resident=config.resident, mode=config.mode,
+        engine.replan(resident=config.resident, compressed=config.compressed, mode=config.mode,
                       budget_bytes=config.budget_bytes, embed_on_host=config.embed_on_host,
                       instrument=config.instrument)
         return engine
@@ -140,9 +140,12 @@ class Engine:
 
     def replan(self, *, resident: Mapping[str, Sequence[int]], mode: str = 'pipelined',
                budget_bytes: int | None = None, embed_on_host: bool = False,
-               instrument: bool = False, layer_graphs: bool | None = None) -> None:
+               instrument: bool = False, layer_graphs: bool | None = None,
+               compressed: Mapping[str, Sequence[int]] | None = None) -> None:
         """Re-attach the runtime with another plan on the loaded model (no reload).
 
+        `compressed` names layers kept compressed in VRAM; streamed layers stream compressed as
+        `EngineConfig.compression` says.
         Refuses a plan that cannot fit `budget_bytes` before anything moves (runtime BudgetError).
         `layer_graphs` False runs this plan's resident layers eagerly (the profiler times them
         so); None follows `EngineConfig.layer_graphs`.
@@ -159,9 +162,10 @@ class Engine:
         working = self.working_set_bytes()
         try:
             runtime = OffloadRuntime(
-                _layer_sequences(self.model), ResidencyPlan(dict(resident)), mode=mode,
-                device=self.device, budget_bytes=budget_bytes, fixed_bytes=fixed,
-                working_set_bytes=working, instrument=instrument)
+                _layer_sequences(self.model), ResidencyPlan(dict(resident), dict(compressed or {})),
+                mode=mode, device=self.device, budget_bytes=budget_bytes, fixed_bytes=fixed,
+                working_set_bytes=working, instrument=instrument,
+                compression=self.config.compression)
             runtime.attach(self._source)
         except OffloadError as err:
             raise EngineError(str(err)) from err
@@ -175,6 +179,7 @@ class Engine:
         embed = _module_bytes(self.model.non_layer_modules()[EMBED_MODULE])
         self._plan = {'mode': mode, 'budget_bytes': budget_bytes, 'embed_on_host': embed_on_host,
                       'resident': {k: tuple(v) for k, v in resident.items()},
+                      'compressed': {k: tuple(v) for k, v in (compressed or {}).items()},
                       'required_bytes': runtime.vram_plan.required_bytes,
                       'fixed_bytes': fixed - (0 if embed_on_host else embed),
                       'working_set_bytes': working, 'layer_graphs': graphs}
@@ -356,6 +361,9 @@ class Engine:
             # flow-matching steps each inference runs: the override, else the model's own
             'diffusion_steps': self.config.decode_options().steps_for(self.model),
             'pinned_bytes': rt.pinned_bytes if rt is not None else 0,
+            'compression': self.config.compression,
+            'compressed_layers': {name: list(self._plan['compressed'].get(name, ()))
+                                  for name in SEQUENCE_PREFIXES},
             # (layer, input shape) pairs replayed as CUDA graphs so far
             'layer_graphs': self._graphs.captured if self._graphs is not None else 0,
             'host_store_bytes': self._source.nbytes if isinstance(self._source, HostStore) else 0,
