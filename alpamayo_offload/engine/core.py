@@ -141,11 +141,12 @@ class Engine:
     def replan(self, *, resident: Mapping[str, Sequence[int]], mode: str = 'pipelined',
                budget_bytes: int | None = None, embed_on_host: bool = False,
                instrument: bool = False, layer_graphs: bool | None = None,
-               compressed: Mapping[str, Sequence[int]] | None = None) -> None:
+               compressed: Mapping[str, Sequence[int]] | None = None,
+               compression: str | None = None) -> None:
         """Re-attach the runtime with another plan on the loaded model (no reload).
 
         `compressed` names layers kept compressed in VRAM; streamed layers stream compressed as
-        `EngineConfig.compression` says.
+        `compression` (None: `EngineConfig.compression`) says.
         Refuses a plan that cannot fit `budget_bytes` before anything moves (runtime BudgetError).
         `layer_graphs` False runs this plan's resident layers eagerly (the profiler times them
         so); None follows `EngineConfig.layer_graphs`.
@@ -165,7 +166,7 @@ class Engine:
                 _layer_sequences(self.model), ResidencyPlan(dict(resident), dict(compressed or {})),
                 mode=mode, device=self.device, budget_bytes=budget_bytes, fixed_bytes=fixed,
                 working_set_bytes=working, instrument=instrument,
-                compression=self.config.compression)
+                compression=compression or self.config.compression)
             runtime.attach(self._source)
         except OffloadError as err:
             raise EngineError(str(err)) from err
@@ -180,6 +181,7 @@ class Engine:
         self._plan = {'mode': mode, 'budget_bytes': budget_bytes, 'embed_on_host': embed_on_host,
                       'resident': {k: tuple(v) for k, v in resident.items()},
                       'compressed': {k: tuple(v) for k, v in (compressed or {}).items()},
+                      'compression': compression or self.config.compression,
                       'required_bytes': runtime.vram_plan.required_bytes,
                       'fixed_bytes': fixed - (0 if embed_on_host else embed),
                       'working_set_bytes': working, 'layer_graphs': graphs}
@@ -361,7 +363,7 @@ class Engine:
             # flow-matching steps each inference runs: the override, else the model's own
             'diffusion_steps': self.config.decode_options().steps_for(self.model),
             'pinned_bytes': rt.pinned_bytes if rt is not None else 0,
-            'compression': self.config.compression,
+            'compression': self._plan['compression'],
             'compressed_layers': {name: list(self._plan['compressed'].get(name, ()))
                                   for name in SEQUENCE_PREFIXES},
             # (layer, input shape) pairs replayed as CUDA graphs so far
