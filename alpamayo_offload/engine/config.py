@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from ..model import DecodeOptions
-from ..runtime import Mode
+from ..runtime import Compression, Mode
 
 # Layer sequences in execution order, with the checkpoint prefix of each (released key names).
 SEQUENCE_PREFIXES = {
@@ -58,6 +58,11 @@ class EngineConfig:
     `layer_graphs` replays the fixed-shape parts of resident language-model and expert layers
     as CUDA graphs in decode and diffusion (model/layer_graphs.py: fewer kernels for the host
     to issue, bit-identical output); CUDA only.
+    `compression` compresses streamed layers losslessly once at attach and decompresses them on
+    the GPU before each pass (runtime/codec.py): `auto` where nvCOMP imports on CUDA, else raw
+    with one log line; `on` requires nvCOMP on CUDA (the zlib codec on the CPU); `off` (the
+    default until the planner prices decompression) streams raw.
+    `compressed` names layers kept compressed in VRAM (decompressed into a slot each pass).
     `pin_all_layers` packs every layer once into one pinned host store (runtime/store.py), so
     `Engine.replan` re-attaches without re-pinning and re-copying the streamed layers; all the
     layers' bytes then stay pinned (the memlock limit must cover the whole model).
@@ -68,6 +73,8 @@ class EngineConfig:
     mode: str = 'pipelined'
     budget_bytes: int | None = None
     resident: Mapping[str, Sequence[int]] = field(default_factory=dict)
+    compressed: Mapping[str, Sequence[int]] = field(default_factory=dict)
+    compression: str = 'off'
     embed_on_host: bool = False
     tokenizer_dir: str | None = None
     vlm_config: str | None = None
@@ -95,10 +102,14 @@ class EngineConfig:
         if self.budget_bytes is not None and self.budget_bytes <= 0:
             raise ValueError(f'EngineConfig.budget_bytes = {self.budget_bytes}: '
                              'must be > 0 or None')
-        unknown = set(self.resident) - set(SEQUENCE_PREFIXES)
-        if unknown:
-            raise ValueError(f'EngineConfig.resident names {sorted(unknown)}; sequences are '
-                             f'{list(SEQUENCE_PREFIXES)}')
+        for name in ('resident', 'compressed'):
+            unknown = set(getattr(self, name)) - set(SEQUENCE_PREFIXES)
+            if unknown:
+                raise ValueError(f'EngineConfig.{name} names {sorted(unknown)}; sequences are '
+                                 f'{list(SEQUENCE_PREFIXES)}')
+        if self.compression not in {c.value for c in Compression}:
+            raise ValueError(f'EngineConfig.compression = {self.compression!r}: must be one of '
+                             f'{[c.value for c in Compression]}')
         if self.dtype not in (None, 'bfloat16', 'float16', 'float32'):
             raise ValueError(f"EngineConfig.dtype = {self.dtype!r}: must be None, 'bfloat16', "
                              "'float16' or 'float32'")
@@ -108,6 +119,8 @@ class EngineConfig:
             raise ValueError(f'EngineConfig.device = {self.device!r}: {err}') from err
         object.__setattr__(self, 'resident',
                            {k: tuple(int(i) for i in v) for k, v in self.resident.items()})
+        object.__setattr__(self, 'compressed',
+                           {k: tuple(int(i) for i in v) for k, v in self.compressed.items()})
 
     def decode_options(self) -> DecodeOptions:
         """Return the model's decoding options from this config."""

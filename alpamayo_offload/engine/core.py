@@ -94,7 +94,7 @@ class Engine:
     def from_config(cls, config: EngineConfig) -> Engine:
         """Load (or randomly build) the model and attach the runtime with the configured plan."""
         engine = cls.load(config)
-        engine.replan(resident=config.resident, mode=config.mode,
+        engine.replan(resident=config.resident, compressed=config.compressed, mode=config.mode,
                       budget_bytes=config.budget_bytes, embed_on_host=config.embed_on_host,
                       instrument=config.instrument)
         return engine
@@ -142,9 +142,13 @@ class Engine:
 
     def replan(self, *, resident: Mapping[str, Sequence[int]], mode: str = 'pipelined',
                budget_bytes: int | None = None, embed_on_host: bool = False,
-               instrument: bool = False, layer_graphs: bool | None = None) -> None:
+               instrument: bool = False, layer_graphs: bool | None = None,
+               compressed: Mapping[str, Sequence[int]] | None = None,
+               compression: str | None = None) -> None:
         """Re-attach the runtime with another plan on the loaded model (no reload).
 
+        `compressed` names layers kept compressed in VRAM; streamed layers stream compressed as
+        `compression` (None: `EngineConfig.compression`) says.
         Refuses a plan that cannot fit `budget_bytes` before anything moves (`EngineBudgetError`:
         the model stays loaded, so the caller may try another plan).
         `layer_graphs` False runs this plan's resident layers eagerly (the profiler times them
@@ -162,9 +166,10 @@ class Engine:
         working = self.working_set_bytes()
         try:
             runtime = OffloadRuntime(
-                _layer_sequences(self.model), ResidencyPlan(dict(resident)), mode=mode,
-                device=self.device, budget_bytes=budget_bytes, fixed_bytes=fixed,
-                working_set_bytes=working, instrument=instrument)
+                _layer_sequences(self.model), ResidencyPlan(dict(resident), dict(compressed or {})),
+                mode=mode, device=self.device, budget_bytes=budget_bytes, fixed_bytes=fixed,
+                working_set_bytes=working, instrument=instrument,
+                compression=compression or self.config.compression)
             runtime.attach(self._source)
         except BudgetError as err:
             raise EngineBudgetError(str(err)) from err
@@ -183,7 +188,9 @@ class Engine:
             resident={k: tuple(v) for k, v in resident.items()},
             required_bytes=runtime.vram_plan.required_bytes,
             fixed_bytes=fixed - (0 if embed_on_host else embed), working_set_bytes=working,
-            layer_graphs=graphs)
+            layer_graphs=graphs,
+            compressed={k: tuple(v) for k, v in (compressed or {}).items()},
+            compression=compression or self.config.compression)
 
     def _enable_graphs(self, runtime: OffloadRuntime) -> None:
         """Graph the resident language-model and expert layers: their weights stay put."""
@@ -358,6 +365,9 @@ class Engine:
             prompt_tokens=estimate_prompt_tokens(self.model.cfg),
             diffusion_steps=self.config.decode_options().steps_for(self.model),
             pinned_bytes=rt.pinned_bytes if rt is not None else 0,
+            compression=plan.compression,
+            compressed_layers={name: tuple(plan.compressed.get(name, ()))
+                               for name in SEQUENCE_PREFIXES},
             layer_graphs=self._graphs.captured if self._graphs is not None else 0,
             host_store_bytes=self._source.nbytes if isinstance(self._source, HostStore) else 0,
             torch=torch.__version__, host=platform.node(),

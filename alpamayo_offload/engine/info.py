@@ -7,7 +7,7 @@ VRAM and plan for diagnostics, reports and profiles, with `as_dict` for JSON.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 
@@ -23,6 +23,8 @@ class PlanState:
     fixed_bytes: int                     # non-layer modules on the device, embedding aside
     working_set_bytes: int               # activations + KV cache term
     layer_graphs: bool                   # resident layers replayed as CUDA graphs
+    compressed: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # kept compressed
+    compression: str = 'off'             # how streamed layers travel: 'off', 'auto' or 'on'
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,8 @@ class EngineInfo:
     prompt_tokens: int
     diffusion_steps: int                 # flow-matching steps run: the override, else the model's
     pinned_bytes: int
+    compression: str                     # 'off', 'auto' or 'on' (EngineConfig.compression)
+    compressed_layers: Mapping[str, tuple[int, ...]]  # kept compressed in VRAM, per sequence
     layer_graphs: int                    # (layer, input shape) pairs captured as CUDA graphs
     host_store_bytes: int
     torch: str
@@ -59,5 +63,6 @@ class EngineInfo:
         """Plain JSON-able form (layer indices as lists)."""
         out = asdict(self)
         out['resident_layers'] = {k: list(v) for k, v in self.resident_layers.items()}
+        out['compressed_layers'] = {k: list(v) for k, v in self.compressed_layers.items()}
         out['layers'] = dict(self.layers)
         return out

@@ -1,12 +1,22 @@
 """Model-agnostic layer offloading: resident layers stay on the device, the rest stream.
 
 Public interface (see docs/design.md): :class:`OffloadRuntime`, :class:`LayerSequence`,
-:class:`ResidencyPlan`, :class:`Mode`, the :class:`TensorSource` protocol, :class:`HostStore`
-and the stats types.
+:class:`ResidencyPlan`, :class:`Mode`, the :class:`TensorSource` protocol, :class:`HostStore`,
+the stats types and the lossless codecs (:class:`Compression`, :func:`select_codec`).
 """
 from __future__ import annotations
 
 from .accounting import LayerFootprint, VramPlan, layer_footprint
+from .codec import (
+    Codec,
+    CodecError,
+    CodecIndex,
+    Compressed,
+    Compression,
+    NvcompAnsCodec,
+    PlaneZlibCodec,
+    select_codec,
+)
 from .config import LayerSequence, Mode, ResidencyPlan
 from .errors import (
     BudgetError,
@@ -25,6 +35,14 @@ from .timing import LayerCallStats, RuntimeStats, SequenceTotals
 
 __all__ = [
     'BudgetError',
+    'Codec',
+    'CodecError',
+    'CodecIndex',
+    'Compressed',
+    'Compression',
+    'NvcompAnsCodec',
+    'PlaneZlibCodec',
+    'select_codec',
     'HostMemoryError',
     'HostStore',
     'LayerFootprint',

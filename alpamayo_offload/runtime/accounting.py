@@ -31,10 +31,12 @@ class VramPlan:
     fixed_bytes: int
     working_set_bytes: int
     budget_bytes: int | None
+    staging_bytes: int = 0       # per slot: room for a compressed layer's copy
+    compressed_bytes: int = 0    # layers kept compressed on the device
 
     def __post_init__(self) -> None:
         for name in ('resident_bytes', 'resident_layers', 'slot_bytes', 'n_slots',
-                     'fixed_bytes', 'working_set_bytes'):
+                     'fixed_bytes', 'working_set_bytes', 'staging_bytes', 'compressed_bytes'):
             value = getattr(self, name)
             if value < 0:
                 raise ValueError(f'VramPlan.{name} must be >= 0, got {value}')
@@ -44,8 +46,8 @@ class VramPlan:
     @property
     def required_bytes(self) -> int:
         """Everything the plan puts on the device plus the stated working-set margin."""
-        return (self.resident_bytes + self.n_slots * self.slot_bytes + self.fixed_bytes
-                + self.working_set_bytes)
+        return (self.resident_bytes + self.n_slots * (self.slot_bytes + self.staging_bytes)
+                + self.compressed_bytes + self.fixed_bytes + self.working_set_bytes)
 
     @property
     def fits(self) -> bool:
@@ -55,10 +57,14 @@ class VramPlan:
     def describe(self) -> str:
         """Describe the accounting in one line, every term named."""
         budget = 'no budget' if self.budget_bytes is None else f'budget {_gib(self.budget_bytes)}'
+        compressed = (f' + {self.n_slots} staging x {_gib(self.staging_bytes)} + compressed '
+                      f'layers {_gib(self.compressed_bytes)}'
+                      if self.staging_bytes or self.compressed_bytes else '')
         return (
             f'needs {_gib(self.required_bytes)} = {self.resident_layers} resident layers '
             f'{_gib(self.resident_bytes)} + {self.n_slots} slots x {_gib(self.slot_bytes)} '
-            f'+ fixed {_gib(self.fixed_bytes)} + working set {_gib(self.working_set_bytes)}; '
+            f'{compressed} + fixed {_gib(self.fixed_bytes)} '
+            f'+ working set {_gib(self.working_set_bytes)}; '
             f'{budget}'
         )
 

@@ -2,6 +2,8 @@
 
 Streamed layers get views of every slot built once at attach; switching slots is one ``.data``
 assignment per parameter (and one dict store per buffer), done only when a layer's slot changes.
+A streamed layer's bytes are raw or compressed, in a host region or (kept compressed in VRAM)
+in a device tensor; its :class:`~.streamer.Transfer` says which.
 """
 from __future__ import annotations
 
@@ -11,10 +13,12 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from .codec import Codec, Compressed
 from .errors import LayerError
 from .host import HostRegion
 from .layout import LayerLayout, TensorSpec, pack, view
 from .source import TensorSource, check_spec
+from .streamer import Transfer
 
 _DROPPED = torch.empty(0)
 
@@ -136,8 +140,8 @@ class StreamedLayer:
         self.qualified = tuple(qualified)
         self.layout: LayerLayout = pack((t.name, t.spec) for t in tensors)
         self.region: HostRegion | None = None
-        self.src = torch.empty(0, dtype=torch.uint8)
-        self.dsts: tuple[torch.Tensor, ...] = ()
+        self.transfer = Transfer(torch.empty(0, dtype=torch.uint8), ())
+        self._codec: Codec | None = None
         self.bound_slot = -1
         self._param_views: list[list[tuple[torch.Tensor, torch.Tensor]]] = []
         self._buffer_views: list[list[tuple[dict[str, torch.Tensor | None], str,
@@ -154,12 +158,40 @@ class StreamedLayer:
 
         `filled`: the region is a host store's, which already holds the weights.
         """
-        for t, entry, name in zip(self.tensors, self.layout.entries, self.qualified, strict=True):
-            if not filled:
-                _fill(t, view(region.tensor, entry), source, name)
+        if not filled:
+            self.pack_into(region.tensor, source)
         self.region = region
-        self.src = region.tensor.narrow(0, 0, self.nbytes)
-        self.dsts = tuple(slot.narrow(0, 0, self.nbytes) for slot in slots)
+        self._bind_views(slots, Transfer(region.tensor.narrow(0, 0, self.nbytes),
+                                         self._dsts(slots)))
+
+    def pack_into(self, flat: torch.Tensor, source: TensorSource | None) -> None:
+        """Write the layer's weights into ``flat`` (uint8, at least :attr:`nbytes` long)."""
+        for t, entry, name in zip(self.tensors, self.layout.entries, self.qualified, strict=True):
+            _fill(t, view(flat, entry), source, name)
+
+    def attach_compressed(self, slots: Sequence[torch.Tensor], compressed: Compressed,
+                          region: HostRegion | None, codec: Codec) -> None:
+        """Hold the layer as ``compressed`` bytes and bind it to slot 0's views.
+
+        With a ``region`` the bytes go into it (streamed compressed); without one they stay on
+        the codec's device (kept compressed in VRAM) and only decompress per pass.
+        """
+        n = compressed.index.nbytes
+        if region is not None:
+            region.tensor.narrow(0, 0, n).copy_(compressed.data.narrow(0, 0, n))
+            src = region.tensor.narrow(0, 0, n)
+        else:
+            src = compressed.data.narrow(0, 0, n).to(codec.device)
+        self.region = region
+        self._codec = codec
+        self._bind_views(slots, Transfer(src, self._dsts(slots), compressed.index,
+                                         on_device=region is None))
+
+    def _dsts(self, slots: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        return tuple(slot.narrow(0, 0, self.nbytes) for slot in slots)
+
+    def _bind_views(self, slots: Sequence[torch.Tensor], transfer: Transfer) -> None:
+        self.transfer = transfer
         views = [[view(slot, e) for e in self.layout.entries] for slot in slots]
         for t, v in zip(self.tensors, views[0], strict=True):
             _set(t, v, replace=t.on_meta or not t.is_param)
@@ -169,6 +201,16 @@ class StreamedLayer:
         self._buffer_views = [[(m._buffers, a, v) for t, v in zip(self.tensors, vs, strict=True)
                                if not t.is_param for m, a in t.owners] for vs in views]
         self.bound_slot = 0
+
+    @property
+    def compressed(self) -> bool:
+        """Whether the layer's bytes are held compressed."""
+        return self.transfer.index is not None
+
+    @property
+    def device_bytes(self) -> int:
+        """Device bytes its compressed copy holds when kept in VRAM (0 otherwise)."""
+        return self.transfer.src.numel() if self.transfer.on_device else 0
 
     @staticmethod
     def _live(t: LayerTensor) -> torch.Tensor:
@@ -190,12 +232,32 @@ class StreamedLayer:
         """Give the weights back as ordinary tensors on their original devices.
 
         The region's memory belongs to the arena, which the runtime frees after every layer (a
-        host store keeps its own; its layers go back to ``meta``).
+        host store keeps its own; its layers go back to ``meta``). A compressed layer is decoded
+        once more to hand its weights back.
         """
-        region = self.region
-        assert region is not None, 'detach of a streamed layer that was never attached'
+        flat = self._raw_bytes()
         for t, entry in zip(self.tensors, self.layout.entries, strict=True):
-            _restore(t, None if t.on_meta else view(region.tensor, entry).to(t.origin, copy=True))
+            _restore(t, None if t.on_meta else view(flat, entry).to(t.origin, copy=True))
         self._param_views, self._buffer_views = [], []
-        self.src, self.dsts, self.bound_slot = torch.empty(0, dtype=torch.uint8), (), -1
-        self.region = None
+        self.transfer = Transfer(torch.empty(0, dtype=torch.uint8), ())
+        self.bound_slot, self.region, self._codec = -1, None, None
+
+    def _raw_bytes(self) -> torch.Tensor:
+        """Return the layer's flat raw bytes (decoded if held compressed)."""
+        tr = self.transfer
+        if tr.index is None:
+            assert self.region is not None, 'detach of a streamed layer that was never attached'
+            return self.region.tensor
+        codec = self._codec
+        assert codec is not None
+        out = torch.empty(self.nbytes, dtype=torch.uint8, device=codec.device)
+        src = tr.src.to(codec.device)
+        if codec.device.type == 'cuda':
+            stream = torch.cuda.current_stream(codec.device)
+            codec_stream = getattr(codec, 'stream', stream)
+            codec_stream.wait_stream(stream)
+            codec.decompress_into(src, tr.index, out)
+            codec_stream.synchronize()
+        else:
+            codec.decompress_into(src, tr.index, out)
+        return out.cpu()

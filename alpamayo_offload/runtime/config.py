@@ -47,26 +47,44 @@ class LayerSequence:
 
 @dataclass(frozen=True)
 class ResidencyPlan:
-    """Layer indices per sequence that stay on the device; every other layer streams."""
+    """Layer indices per sequence that stay on the device; every other layer streams.
+
+    ``compressed`` names layers kept compressed on the device and decompressed into a slot
+    before each pass (with a codec; without one they stream). Streamed layers stream
+    compressed when the runtime has a codec, raw otherwise.
+    """
 
     resident: Mapping[str, Sequence[int]] = field(default_factory=dict)
+    compressed: Mapping[str, Sequence[int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        resident = self._clean('resident', self.resident)
+        compressed = self._clean('compressed', self.compressed)
+        for name, indices in compressed.items():
+            both = sorted(set(indices) & set(resident.get(name, ())))
+            if both:
+                raise ValueError(f'ResidencyPlan: layers {both} of {name!r} are both resident '
+                                 'and compressed; give each layer one placement')
+        object.__setattr__(self, 'resident', resident)
+        object.__setattr__(self, 'compressed', compressed)
+
+    @staticmethod
+    def _clean(field_name: str, given: Mapping[str, Sequence[int]]) -> dict[str, tuple[int, ...]]:
         clean: dict[str, tuple[int, ...]] = {}
-        for name, indices in dict(self.resident).items():
+        for name, indices in dict(given).items():
             values = tuple(indices)
             for value in values:
                 if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                     raise ValueError(
-                        f'ResidencyPlan.resident[{name!r}] holds {value!r}; '
+                        f'ResidencyPlan.{field_name}[{name!r}] holds {value!r}; '
                         'expected layer indices as ints >= 0'
                     )
             if len(set(values)) != len(values):
                 raise ValueError(
-                    f'ResidencyPlan.resident[{name!r}] = {values} lists an index twice'
+                    f'ResidencyPlan.{field_name}[{name!r}] = {values} lists an index twice'
                 )
             clean[name] = tuple(sorted(values))
-        object.__setattr__(self, 'resident', clean)
+        return clean
 
     @classmethod
     def all_of(cls, sequences: Sequence[LayerSequence]) -> ResidencyPlan:
@@ -76,3 +94,7 @@ class ResidencyPlan:
     def indices(self, sequence: str) -> tuple[int, ...]:
         """Resident indices of one sequence (empty when the plan does not name it)."""
         return tuple(self.resident.get(sequence, ()))
+
+    def compressed_indices(self, sequence: str) -> tuple[int, ...]:
+        """Return the indices of one sequence kept compressed on the device."""
+        return tuple(self.compressed.get(sequence, ()))

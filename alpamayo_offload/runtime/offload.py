@@ -5,9 +5,14 @@ A forward pre-hook on each streamed layer makes compute wait until the layer sit
 pipelined, starts copying the next streamed layer of the global order into the other slot. The
 forward post-hook records that the slot's compute is queued. Preload mode is the null strategy:
 every layer moves to the device and no hook is installed (unless timing is on).
+
+With a codec (``compression``), attach compresses each streamed layer's flat region once and
+pins only the compressed bytes; layers the plan keeps compressed stay on the device in that form.
+Both decompress into their slot before each pass (streamer.py orders the three streams).
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -17,15 +22,16 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
-from .accounting import VramPlan, layer_footprint
+from .accounting import VramPlan, device_bytes, layer_footprint
 from .binding import LayerTensor, ResidentLayer, StreamedLayer, collect_tensors
+from .codec import Codec, Compressed, Compression, select_codec
 from .config import LayerSequence, Mode, ResidencyPlan
 from .errors import LayerError, PlanError, StateError
 from .host import HostArena
 from .schedule import RepetitionCounter, StreamOrder, next_streamed
 from .source import TensorSource
 from .store import HostStore
-from .streamer import SlotStreamer, synchronize
+from .streamer import SlotStreamer, slot_allocation_bytes, synchronize
 from .timing import CallLog, CallMarks, Clock, RuntimeStats, totals
 
 logger = logging.getLogger(__name__)
@@ -40,6 +46,7 @@ class _LayerInfo:
     module: nn.Module
     resident: bool
     qualified: tuple[str, ...]
+    on_device: bool = False     # kept compressed on the device (with a codec)
 
 
 def _default_device() -> torch.device:
@@ -77,8 +84,10 @@ class OffloadRuntime:
     def __init__(self, sequences: Sequence[LayerSequence], plan: ResidencyPlan | None = None,
                  mode: Mode | str = Mode.PIPELINED, device: torch.device | str | None = None,
                  budget_bytes: int | None = None, fixed_bytes: int = 0,
-                 working_set_bytes: int = 0, instrument: bool = False) -> None:
+                 working_set_bytes: int = 0, instrument: bool = False,
+                 compression: Compression | str = Compression.OFF) -> None:
         self.mode = Mode(mode)
+        self.compression = Compression(compression)
         self.device = torch.device(device) if device is not None else _default_device()
         self.sequences = tuple(sequences)
         plan = plan if plan is not None else ResidencyPlan()
@@ -108,6 +117,7 @@ class OffloadRuntime:
         self._streamed: list[StreamedLayer] = []
         self._streamer: SlotStreamer | None = None
         self._arena: HostArena | None = None
+        self._codec: Codec | None = None
         self._clock = Clock(self.device.type == 'cuda')
         self._log: CallLog | None = None
         self._reps = RepetitionCounter()
@@ -123,20 +133,22 @@ class OffloadRuntime:
         names = [s.name for s in self.sequences]
         if len(set(names)) != len(names):
             raise PlanError(f'sequence names must be unique, got {names}')
-        for name, indices in plan.resident.items():
-            if name not in names:
-                raise PlanError(f'residency plan names sequence {name!r}; known: {names}')
-            length = len(next(s for s in self.sequences if s.name == name).layers)
-            bad = [i for i in indices if i >= length]
-            if bad:
-                raise PlanError(
-                    f'resident indices {bad} of sequence {name!r} are out of range: it has '
-                    f'{length} layers (valid 0..{length - 1})'
-                )
+        for kind, table in (('resident', plan.resident), ('compressed', plan.compressed)):
+            for name, indices in table.items():
+                if name not in names:
+                    raise PlanError(f'residency plan names sequence {name!r}; known: {names}')
+                length = len(next(s for s in self.sequences if s.name == name).layers)
+                bad = [i for i in indices if i >= length]
+                if bad:
+                    raise PlanError(
+                        f'{kind} indices {bad} of sequence {name!r} are out of range: it has '
+                        f'{length} layers (valid 0..{length - 1})'
+                    )
         infos = []
         owner_of: dict[Any, tuple[str, str]] = {}
         for seq in self.sequences:
             resident = set(plan.indices(seq.name))
+            kept = set(plan.compressed_indices(seq.name))
             for index, module in enumerate(seq.layers):
                 where = f'{seq.name}[{index}]'
                 tensors = collect_tensors(module)
@@ -153,7 +165,8 @@ class OffloadRuntime:
                     self._check_device(where, t)
                 # A layer without tensors has nothing to stream: it counts as resident.
                 infos.append(_LayerInfo(seq.name, index, module, index in resident or not tensors,
-                                        tuple(seq.qualified_name(index, t.name) for t in tensors)))
+                                        tuple(seq.qualified_name(index, t.name) for t in tensors),
+                                        index in kept and bool(tensors)))
         return tuple(infos)
 
     @staticmethod
@@ -205,12 +218,16 @@ class OffloadRuntime:
                 self._streamer = SlotStreamer(
                     self.device, self._slot_bytes, self.vram_plan.n_slots,
                     self._clock if self.instrument else None)
+                self._codec = select_codec(self.compression, self.device,
+                                           self._streamer.decode_stream)
             pending = {id(info): StreamedLayer(n, collect_tensors(info.module), info.qualified)
                        for n, info in enumerate(streamed_infos)}
             store = source if isinstance(source, HostStore) else None
-            if pending and store is None:
-                self._arena = HostArena([st.nbytes for st in pending.values()],
-                                        pin=self.device.type == 'cuda')
+            packed, raw = self._compress(streamed_infos, pending, source, store)
+            sizes = [self._host_bytes(i, pending[id(i)], packed, raw, store)
+                     for i in streamed_infos]
+            if any(sizes):
+                self._arena = HostArena([n for n in sizes if n], pin=self.device.type == 'cuda')
             regions = iter(self._arena.regions if self._arena is not None else ())
             for info in self._infos:
                 if info.resident:
@@ -219,18 +236,79 @@ class OffloadRuntime:
                     layer.attach(self.device, source)
                     if self.instrument:
                         self._hook_resident(info)
+                    continue
+                assert self._streamer is not None
+                st = pending[id(info)]
+                found = packed.pop(id(info), None)
+                if found is not None:
+                    assert self._codec is not None
+                    region = None if info.on_device else next(regions)
+                    st.attach_compressed(self._streamer.slots, found, region, self._codec)
+                elif id(info) in raw:
+                    region = next(regions)
+                    region.tensor.narrow(0, 0, st.nbytes).copy_(raw.pop(id(info)))
+                    st.attach(self._streamer.slots, region, None, filled=True)
+                elif store is None:
+                    st.attach(self._streamer.slots, next(regions), source)
                 else:
-                    assert self._streamer is not None
-                    st = pending[id(info)]
-                    if store is None:
-                        st.attach(self._streamer.slots, next(regions), source)
-                    else:
-                        st.attach(self._streamer.slots,
-                                  store.region(info.sequence, info.index, st.layout), None,
-                                  filled=True)
-                    self._streamed.append(st)
-                    self._hook_streamed(info, st)
+                    st.attach(self._streamer.slots,
+                              store.region(info.sequence, info.index, st.layout), None,
+                              filled=True)
+                self._streamed.append(st)
+                self._hook_streamed(info, st)
+            self._check_compressed_budget()
         self._link(streamed_infos)
+
+    @staticmethod
+    def _host_bytes(info: _LayerInfo, st: StreamedLayer, packed: dict[int, Compressed],
+                    raw: dict[int, torch.Tensor], store: HostStore | None) -> int:
+        """Host region bytes a streamed layer needs in the runtime's own arena (0: none)."""
+        found = packed.get(id(info))
+        if found is not None:
+            return 0 if info.on_device else found.index.nbytes
+        return st.nbytes if (store is None or id(info) in raw) else 0
+
+    def _compress(self, infos: list[_LayerInfo], pending: dict[int, StreamedLayer],
+                  source: TensorSource | None, store: HostStore | None
+                  ) -> tuple[dict[int, Compressed], dict[int, torch.Tensor]]:
+        """Compress each streamed layer's flat region once; keep those that shrink.
+
+        A layer read from a host store is compressed from the store's region; any other is
+        packed into a scratch buffer first. Returns the compressed layers and, for the rest
+        packed here, their raw bytes (they stream raw); all on the host until attach places them.
+        """
+        codec = self._codec
+        packed: dict[int, Compressed] = {}
+        raw: dict[int, torch.Tensor] = {}
+        if codec is None:
+            return packed, raw
+        for info in infos:
+            st = pending[id(info)]
+            if store is not None:
+                flat = store.region(info.sequence, info.index, st.layout).tensor
+            else:
+                flat = torch.empty(st.nbytes, dtype=torch.uint8)
+                st.pack_into(flat, source)
+            found = codec.compress(flat.narrow(0, 0, st.nbytes))
+            if found.index.nbytes < st.nbytes:
+                packed[id(info)] = found
+            elif store is None:
+                raw[id(info)] = flat
+        return packed, raw
+
+    def _check_compressed_budget(self) -> None:
+        """Re-check the budget with the compressed layers' real sizes (known only now)."""
+        staging = max((st.transfer.src.numel() for st in self._streamed
+                       if st.compressed and not st.transfer.on_device), default=0)
+        kept = sum(device_bytes(st.device_bytes) for st in self._streamed if st.device_bytes)
+        if not (staging or kept):
+            return
+        assert self._streamer is not None and self._codec is not None
+        self._streamer.add_staging(staging, self._codec)
+        self.vram_plan = dataclasses.replace(
+            self.vram_plan, compressed_bytes=kept,
+            staging_bytes=device_bytes(slot_allocation_bytes(staging)) if staging else 0)
+        self.vram_plan.check()
 
     def _link(self, streamed_infos: list[_LayerInfo]) -> None:
         """Tabulate :func:`next_streamed` for every streamed layer and every possible hint."""
@@ -267,6 +345,7 @@ class OffloadRuntime:
         if self._arena is not None:
             self._arena.release()
             self._arena = None
+        self._codec = None
         self._streamed, self._resident = [], []
         self._first, self._next, self._ends = {}, {}, {}
         self._hint, self._current, self._log = None, None, None
@@ -284,7 +363,7 @@ class OffloadRuntime:
         """Start copying the first streamed layer of ``sequence`` now (e.g. before a new frame)."""
         st = self._first.get(sequence)
         if st is not None and self._streamer is not None and self.mode is Mode.PIPELINED:
-            self._streamer.prefetch(st.layer_id, st.src, st.dsts)
+            self._streamer.prefetch(st.layer_id, st.transfer)
 
     def _upcoming(self, st: StreamedLayer) -> StreamedLayer | None:
         hint = self._hint
@@ -300,15 +379,15 @@ class OffloadRuntime:
         sequence, index = info.sequence, info.index
 
         def pre(module: nn.Module, args: Any) -> None:
-            slot = streamer.acquire(st.layer_id, st.src, st.dsts)
+            slot = streamer.acquire(st.layer_id, st.transfer)
             if st.bound_slot != slot:
                 st.bind(slot)
             if self._log is not None:
-                self._begin_streamed(sequence, index, st.nbytes, streamer)
+                self._begin_streamed(sequence, index, st.transfer.copy_bytes, streamer)
             if prefetch:
                 nxt = self._upcoming(st)
                 if nxt is not None:
-                    streamer.prefetch(nxt.layer_id, nxt.src, nxt.dsts)
+                    streamer.prefetch(nxt.layer_id, nxt.transfer)
 
         def post(module: nn.Module, args: Any, output: Any) -> None:
             if self._log is not None:

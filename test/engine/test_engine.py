@@ -364,3 +364,45 @@ def test_cuda_kernel_settings_follow_the_plans_graphs() -> None:
         assert engine.info.layer_graphs == 0
     finally:
         engine.close()
+
+
+@pytest.mark.parametrize('pin_all_layers', [False, True])
+def test_compressed_streaming_and_residency_match_preload(inputs, reference,
+                                                          pin_all_layers) -> None:
+    """The CPU codec through the whole engine: streamed and kept-compressed layers, bit for bit."""
+    engine = Engine.from_config(EngineConfig(
+        mode='pipelined', compression='on', resident={'vit': (0,)},
+        compressed={'lm': (1,), 'expert': (0, 2)}, pin_all_layers=pin_all_layers, **SMALL))
+    try:
+        runs = [engine.infer(inputs) for _ in range(2)]
+        assert engine.info['compressed_layers']['expert'] == [0, 2]
+    finally:
+        engine.close()
+    for got in runs:
+        assert np.array_equal(got.samples_xyz, reference.samples_xyz)
+        assert got.coc_token_ids == reference.coc_token_ids
+
+
+def test_compression_setting_is_validated() -> None:
+    with pytest.raises(ValueError, match='compression'):
+        EngineConfig(compression='maybe')
+    with pytest.raises(ValueError, match='compressed names'):
+        EngineConfig(compressed={'decoder': (0,)})
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize('compressed', [{}, {'lm': (0, 2), 'expert': (1,)}])
+def test_cuda_compressed_matches_preload_bit_for_bit(compressed) -> None:
+    """nvCOMP streaming (and VRAM-compressed layers) in deterministic mode == preload."""
+    pytest.importorskip('nvidia.nvcomp')
+    inputs = example_input(216, 384)
+    ref = _preload_result(inputs, **CUDA)
+    engine = Engine.from_config(EngineConfig(mode='pipelined', compression='on',
+                                             compressed=compressed, **CUDA))
+    try:
+        runs = [engine.infer(inputs) for _ in range(2)]
+    finally:
+        engine.close()
+    for got in runs:
+        assert np.array_equal(got.samples_xyz, ref.samples_xyz)
+        assert got.coc_token_ids == ref.coc_token_ids

@@ -37,7 +37,7 @@ def test_adopted_layers_run_as_before_under_every_plan_without_repacking() -> No
         for plan in PLANS:
             rt = OffloadRuntime(model.sequences(), ResidencyPlan(plan), mode=mode, device='cpu')
             rt.attach(store)
-            assert all(_inside(st.src, store) for st in rt._streamed)   # streamed in place
+            assert all(_inside(st.transfer.src, store) for st in rt._streamed)   # streamed in place
             assert rt.host_bytes == sum(st.region.span for st in rt._streamed)
             assert same(run(model, rt, SCENARIOS['two-inferences']), expected), (mode, plan)
             rt.detach()
