@@ -56,7 +56,7 @@ def _row(engine: Engine, inputs: Any, warmup: int, reps: int, ref: Any) -> dict[
     model_s = sum(phases.values())
     return {'total_s': total, 'phases_s': phases, 'bytes_streamed_raw': streamed,
             'effective_gb_s': streamed / model_s / 1e9 if model_s else 0.0,
-            'pinned_bytes': engine.info['pinned_bytes'],
+            'pinned_bytes': engine.info.pinned_bytes,
             'exact': ref is None or bool(np.array_equal(runs[-1].samples_xyz, ref.samples_xyz)
                                          and runs[-1].coc_token_ids == ref.coc_token_ids)}
 

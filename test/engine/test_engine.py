@@ -375,7 +375,7 @@ def test_compressed_streaming_and_residency_match_preload(inputs, reference,
         compressed={'lm': (1,), 'expert': (0, 2)}, pin_all_layers=pin_all_layers, **SMALL))
     try:
         runs = [engine.infer(inputs) for _ in range(2)]
-        assert engine.info['compressed_layers']['expert'] == [0, 2]
+        assert engine.info.compressed_layers['expert'] == (0, 2)
     finally:
         engine.close()
     for got in runs:
