@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from .config import (
     EMBED_MODULE,
+    AnswerResult,
     SEQUENCE_PREFIXES,
     EngineConfig,
     EngineError,
@@ -26,6 +27,7 @@ from .phases import STAGES, PhaseClock
 
 __all__ = [
     'EMBED_MODULE',
+    'AnswerResult',
     'SEQUENCE_PREFIXES',
     'STAGES',
     'Engine',
