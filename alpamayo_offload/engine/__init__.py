@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from .config import (
     EMBED_MODULE,
-    AnswerResult,
     SEQUENCE_PREFIXES,
+    AnswerResult,
     EngineConfig,
     EngineError,
     EngineInputError,

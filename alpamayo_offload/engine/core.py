@@ -48,8 +48,8 @@ from ..runtime import (
 )
 from .config import (
     EMBED_MODULE,
-    AnswerResult,
     SEQUENCE_PREFIXES,
+    AnswerResult,
     EngineConfig,
     EngineError,
     EngineInputError,

@@ -397,7 +397,7 @@ PRESETS = ("full", "tiny", "1.5", "tiny-1.5")
 
 
 def preset(name: str) -> AlpamayoConfig:
-    """A preset: `full`, `tiny` (R1), `1.5`, `tiny-1.5`, or `layers=N[,vit=M][,family=1.5]`.
+    """Return a preset: `full`, `tiny` (R1), `1.5`, `tiny-1.5`, `layers=N[,vit=M][,family=1.5]`.
 
     `layers=` keeps full widths with N LM/expert layers and M ViT blocks.
     """

@@ -235,7 +235,7 @@ def to_t0_frame(xyz_world: np.ndarray | torch.Tensor, rot_world: np.ndarray | to
 
 def camera_slots(cfg: AlpamayoConfig, n_cameras: int,
                  camera_indices: Sequence[int] | None) -> tuple[int, ...] | None:
-    """The release slots (0..6) of the cameras, validated; None for R1 (bare images).
+    """Return the release slots (0..6) of the cameras, validated; None for R1 (bare images).
 
     1.5 takes 1-7 cameras in any slots; without `camera_indices` four cameras are the release's
     (0, 1, 2, 6). R1 runs the four release cameras only.

@@ -20,7 +20,6 @@ from alpamayo_offload.model import (
 )
 
 
-
 def shared_fixture(name: str) -> Path:
     """A fixture folder under shared/fixtures: $ALPAMAYO_SHARED_DIR, shared/ beside the clone
     (or beside the worktrees' parent), else skip."""

@@ -1,4 +1,4 @@
-"""Alpamayo 1.5 official-tiny fixture: every golden (units, prompts, runs, CFG, VQA) in tolerance."""
+"""Alpamayo 1.5 official-tiny fixture: every golden (units, prompts, runs, CFG, VQA) in tol."""
 from __future__ import annotations
 
 import json
