@@ -610,7 +610,8 @@ class _DeviceRowEnds:
     anywhere (`latest=True`: the next pass is the last).
     """
 
-    def __init__(self, first: torch.Tensor, stop_on_im_end: bool, stop_id: int) -> None:
+    def __init__(self, first: torch.Tensor, stop_on_im_end: bool,
+                 stop_id: int = TRAJ_FUTURE_START_ID) -> None:
         self._stop_id = stop_id
         self._eos = first[:, 0] == IM_END_ID if stop_on_im_end else None
         self._before_latest = torch.zeros_like(first[:, 0], dtype=torch.bool)
@@ -639,7 +640,8 @@ class _HostRowEnds:
     ~2 us per token instead of ~40 us of tiny torch ops.
     """
 
-    def __init__(self, first: torch.Tensor, stop_on_im_end: bool, stop_id: int) -> None:
+    def __init__(self, first: torch.Tensor, stop_on_im_end: bool,
+                 stop_id: int = TRAJ_FUTURE_START_ID) -> None:
         ids = first[:, 0].tolist()
         self._stop_id = stop_id
         self._stop_on_im_end = stop_on_im_end
