@@ -14,6 +14,7 @@ from __future__ import annotations
 from .config import (
     EMBED_MODULE,
     SEQUENCE_PREFIXES,
+    AnswerResult,
     EngineBudgetError,
     EngineConfig,
     EngineError,
@@ -29,6 +30,7 @@ from .phases import STAGES, PhaseClock
 
 __all__ = [
     'EMBED_MODULE',
+    'AnswerResult',
     'SEQUENCE_PREFIXES',
     'STAGES',
     'Engine',

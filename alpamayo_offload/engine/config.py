@@ -41,6 +41,8 @@ class ModelInputLike(Protocol):
     images: np.ndarray                 # (n_cam, 4, H, W, 3) uint8 RGB, cameras in release order
     ego_history_xyz: np.ndarray        # (16, 3) world (odometry) frame, rear axle
     ego_history_rot: np.ndarray        # (16, 3, 3)
+    # Optional (read with getattr): `camera_indices` (release slots 0..6 of the cameras, 1.5)
+    # and `nav_text` (route text, 1.5; None = no route).
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,10 @@ class EngineConfig:
     with one log line; `on` requires nvCOMP on CUDA (the zlib codec on the CPU); `off` (the
     default until the planner prices decompression) streams raw.
     `compressed` names layers kept compressed in VRAM (decompressed into a slot each pass).
+    `guidance_weight` (Alpamayo 1.5) runs navigation classifier-free guidance with this weight
+    whenever an input carries navigation text (None: off; the official notebook uses 1.5);
+    `noise_temperature` scales the initial flow-matching noise (the notebook's nav runs: 0.6).
+    `num_cameras` sizes the working-set estimate's prompt (1.5 takes 1-7 cameras).
     `pin_all_layers` packs every layer once into one pinned host store (runtime/store.py), so
     `Engine.replan` re-attaches without re-pinning and re-copying the streamed layers; all the
     layers' bytes then stay pinned (the memlock limit must cover the whole model).
@@ -83,6 +89,9 @@ class EngineConfig:
     diffusion_steps: int | None = None
     sample: bool = False
     num_samples: int = 1
+    guidance_weight: float | None = None
+    noise_temperature: float = 1.0
+    num_cameras: int = 4
     seed: int = 0
     dtype: str | None = None
     deterministic: bool = False
@@ -113,6 +122,10 @@ class EngineConfig:
         if self.dtype not in (None, 'bfloat16', 'float16', 'float32'):
             raise ValueError(f"EngineConfig.dtype = {self.dtype!r}: must be None, 'bfloat16', "
                              "'float16' or 'float32'")
+        if not 1 <= self.num_cameras <= 7:
+            raise ValueError(f'EngineConfig.num_cameras = {self.num_cameras}: must be 1..7')
+        if self.num_samples < 1:
+            raise ValueError(f'EngineConfig.num_samples = {self.num_samples}: must be >= 1')
         try:
             torch.device(self.device)
         except RuntimeError as err:
@@ -122,12 +135,14 @@ class EngineConfig:
         object.__setattr__(self, 'compressed',
                            {k: tuple(int(i) for i in v) for k, v in self.compressed.items()})
 
-    def decode_options(self) -> DecodeOptions:
-        """Return the model's decoding options from this config."""
+    def decode_options(self, guided: bool = False) -> DecodeOptions:
+        """Return the model's decoding options; `guided`: this input has navigation text."""
         return DecodeOptions(max_decode_tokens=self.max_decode_tokens,
                              fixed_decode_tokens=self.fixed_decode_tokens, sample=self.sample,
                              seed=self.seed, num_samples=self.num_samples,
-                             diffusion_steps=self.diffusion_steps)
+                             diffusion_steps=self.diffusion_steps,
+                             guidance_weight=self.guidance_weight if guided else None,
+                             noise_temperature=self.noise_temperature)
 
 
 @dataclass
@@ -144,3 +159,16 @@ class EngineResult:
     timings: dict[str, float]          # seconds per stage (STAGES)
     streaming: dict[str, float]        # dma_ms, stall_ms, bytes_streamed
     diffusion_steps: int               # flow-matching steps run
+    nav_text: str | None = None        # the route text this inference used (None: no route)
+    guided: bool = False               # navigation guidance ran (a weight and a route text)
+    coc_texts: list[str] | None = None  # every sample's reasoning text (decoded when possible)
+
+
+@dataclass
+class AnswerResult:
+    """One question answered (`Engine.generate_text`)."""
+
+    answers: list[str] | None          # per sample, decoded when a tokenizer is configured
+    answer_token_ids: list[list[int]]  # per sample: the ids before <|answer_end|>
+    decode_tokens: int
+    timings: dict[str, float]          # seconds: preprocess, vision, prefill, decode, total

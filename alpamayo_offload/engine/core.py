@@ -16,6 +16,7 @@ from PIL import Image
 
 from ..model import (
     AlpamayoR1,
+    DecodeOptions,
     ImageSizing,
     LayerGraphs,
     ModelError,
@@ -24,8 +25,10 @@ from ..model import (
     TextEncoder,
     TokenizerDirEncoder,
     fuse_rms_norms,
+    generate_text,
     graph_decoder_layers,
     prepare_inputs,
+    prepare_vqa_inputs,
     roll_rotary,
     run_inference,
     sync_vision_once,
@@ -46,6 +49,7 @@ from ..runtime import (
 from .config import (
     EMBED_MODULE,
     SEQUENCE_PREFIXES,
+    AnswerResult,
     EngineBudgetError,
     EngineConfig,
     EngineError,
@@ -233,10 +237,19 @@ class Engine:
             self._runtime = None
 
     # ---------------------------------------------------------------- inference
-    def infer(self, model_input: ModelInputLike) -> EngineResult:
-        """Frames + world-frame ego history -> trajectory in the t0 ego frame, with timings."""
+    def infer(self, model_input: ModelInputLike, nav_text: str | None = None,
+              camera_indices: Sequence[int] | None = None) -> EngineResult:
+        """Frames + world-frame ego history -> trajectory in the t0 ego frame, with timings.
+
+        `nav_text` / `camera_indices` (Alpamayo 1.5) default to the input's attributes of those
+        names. With a route text and `EngineConfig.guidance_weight` the rollout runs navigation
+        guidance; without a route text it runs the plain rollout.
+        """
         if self._runtime is None:
             raise EngineError(_NO_PLAN)
+        nav_text = nav_text if nav_text is not None else getattr(model_input, 'nav_text', None)
+        if camera_indices is None:
+            camera_indices = getattr(model_input, 'camera_indices', None)
         t_start = time.perf_counter()
         if self._inferences == 0:
             self._runtime.prime('vit')   # overlap the first copy with preprocessing
@@ -244,13 +257,16 @@ class Engine:
             inputs = prepare_inputs(np.asarray(model_input.images),
                                     np.asarray(model_input.ego_history_xyz, dtype=np.float64),
                                     np.asarray(model_input.ego_history_rot, dtype=np.float64),
-                                    self.model.cfg, self._encoder, self.device, self._dtype())
+                                    self.model.cfg, self._encoder, self.device, self._dtype(),
+                                    camera_indices=camera_indices, nav_text=nav_text)
         except ModelInputError as err:
             raise EngineInputError(str(err)) from err
         t_prep = time.perf_counter()
-        opts = self.config.decode_options()
+        guided = nav_text is not None and self.config.guidance_weight is not None
+        opts = self.config.decode_options(guided)
         cuda = self.device.type == 'cuda'
-        bridge = _PhaseBridge(self._runtime, cuda, opts.token_budget)
+        bridge = _PhaseBridge(self._runtime, cuda, opts.token_budget,
+                              'lm' if guided else 'expert')
         try:
             with torch.inference_mode():
                 result = run_inference(self.model, inputs, self.device, opts, observer=bridge,
@@ -264,24 +280,66 @@ class Engine:
         rot = result.rot.double().numpy()
         if not (np.isfinite(xyz).all() and np.isfinite(rot).all()):
             raise EngineError('the model produced a non-finite trajectory')
+        timings = self._timings(bridge, t_start, t_prep)
+        return EngineResult(
+            xyz=xyz[0], rot=rot[0], samples_xyz=xyz, samples_rot=rot,
+            coc_token_ids=list(result.coc_token_ids[0]),
+            coc_text=result.coc_text[0] if result.coc_text else None,
+            decode_tokens=result.decode_steps, timings=timings,
+            streaming=self._streaming(bridge.passes), diffusion_steps=result.diffusion_steps,
+            nav_text=nav_text, guided=guided, coc_texts=result.coc_text)
+
+    def generate_text(self, images: np.ndarray, question: str,
+                      camera_indices: Sequence[int] | None = None, max_new_tokens: int = 256,
+                      sample: bool = True, seed: int = 0) -> AnswerResult:
+        """Answer a question about camera frames (Alpamayo 1.5 VQA; the expert does not run).
+
+        Sampling as the release does (temperature 0.6, top-p 0.98) unless `sample` is False
+        (greedy). The answers are text when the engine has a tokenizer, else only ids.
+        """
+        if self._runtime is None:
+            raise EngineError(_NO_PLAN)
+        t_start = time.perf_counter()
+        try:
+            inputs = prepare_vqa_inputs(np.asarray(images), question, self.model.cfg,
+                                        self._encoder, self.device, self._dtype(),
+                                        camera_indices=camera_indices)
+            opts = DecodeOptions(max_decode_tokens=max_new_tokens, sample=sample, seed=seed)
+        except (ModelInputError, ValueError) as err:
+            raise EngineInputError(str(err)) from err
+        t_prep = time.perf_counter()
+        bridge = _PhaseBridge(self._runtime, self.device.type == 'cuda', opts.token_budget,
+                              'vit')
+        try:
+            with torch.inference_mode():
+                result = generate_text(self.model, inputs, self.device, opts, observer=bridge,
+                                       decoder=self._decoder)
+        except ModelInputError as err:
+            raise EngineInputError(str(err)) from err
+        except (ModelError, RuntimeError) as err:
+            raise EngineError(f'question answering failed: {err}') from err
+        self._streaming(bridge.passes)   # keeps the per-inference call cursor in step
+        return AnswerResult(answers=result.answers, answer_token_ids=result.answer_token_ids,
+                            decode_tokens=result.decode_steps,
+                            timings=self._timings(bridge, t_start, t_prep))
+
+    def _timings(self, bridge: _PhaseBridge, t_start: float, t_prep: float) -> dict[str, float]:
+        """Seconds per stage; navigation guidance's unguided passes count as prefill."""
         phases = bridge.seconds()
         t_end = time.perf_counter()
         model_s = sum(phases.values())
         timings = {'preprocess': t_prep - t_start, **{p: phases.get(p, 0.0) for p in
                    ('vision', 'prefill', 'decode', 'diffusion')},
                    'postprocess': max(0.0, (t_end - t_prep) - model_s), 'total': t_end - t_start}
-        return EngineResult(
-            xyz=xyz[0], rot=rot[0], samples_xyz=xyz, samples_rot=rot,
-            coc_token_ids=list(result.coc_token_ids[0]),
-            coc_text=result.coc_text[0] if result.coc_text else None,
-            decode_tokens=result.decode_steps, timings=timings,
-            streaming=self._streaming(bridge.passes), diffusion_steps=result.diffusion_steps)
+        timings['prefill'] += phases.get('unguided', 0.0)
+        return timings
 
     def _streaming(self, passes: Mapping[str, int]) -> dict[str, float]:
         """Bytes streamed this inference (exact, from the plan) and DMA/stall time if measured."""
         assert self._runtime is not None
         reps = {'vit': passes.get('vision', 0),
-                'lm': passes.get('prefill', 0) + passes.get('decode', 0),
+                'lm': passes.get('prefill', 0) + passes.get('decode', 0)
+                + passes.get('unguided', 0),
                 'expert': passes.get('diffusion', 0)}
         resident = self._runtime.plan.resident
         if self._runtime.mode is Mode.PRELOAD:
@@ -362,7 +420,10 @@ class Engine:
             embed_bytes=embed.numel() * embed.element_size(),
             fixed_bytes=plan.fixed_bytes, working_set_bytes=plan.working_set_bytes,
             hidden_size=self.model.cfg.text.hidden_size,
-            prompt_tokens=estimate_prompt_tokens(self.model.cfg),
+            prompt_tokens=estimate_prompt_tokens(self.model.cfg, 4 * self.config.num_cameras),
+            model_family=self.model.cfg.family,
+            num_samples=self.config.num_samples,
+            guidance_weight=self.config.guidance_weight,
             diffusion_steps=self.config.decode_options().steps_for(self.model),
             pinned_bytes=rt.pinned_bytes if rt is not None else 0,
             compression=plan.compression,

@@ -14,7 +14,7 @@ from .config import EngineConfig
 def _model_identity(config: EngineConfig, model: AlpamayoR1) -> str:
     n = sum(p.numel() for p in model.parameters())
     kind = 'checkpoint' if Path(config.model).is_dir() else f'preset seed={config.seed}'
-    return f'alpamayo_r1 {config.model} ({kind}, {n} parameters)'
+    return f'{model.cfg.model_type} {config.model} ({kind}, {n} parameters)'
 
 
 def driver_version(root: Path = Path('/')) -> str:

@@ -46,6 +46,9 @@ class EngineInfo:
     working_set_bytes: int
     hidden_size: int
     prompt_tokens: int
+    model_family: str                    # 'r1' or '1.5' (from config.json model_type)
+    num_samples: int                     # trajectories per inference
+    guidance_weight: float | None        # navigation classifier-free guidance (None: off)
     diffusion_steps: int                 # flow-matching steps run: the override, else the model's
     pinned_bytes: int
     compression: str                     # 'off', 'auto' or 'on' (EngineConfig.compression)

@@ -15,8 +15,10 @@ from ..runtime import OffloadRuntime
 STAGES = ('preprocess', 'vision', 'prefill', 'decode', 'diffusion', 'postprocess', 'total')
 # After a pass of this phase, which sequence runs next; the last decode and diffusion passes
 # hand over to another sequence (vision and prefill run one pass, reported as the last).
-_NEXT_AFTER = {'vision': 'lm', 'prefill': 'lm', 'decode': 'lm', 'diffusion': 'expert'}
-_NEXT_AFTER_LAST = {**_NEXT_AFTER, 'decode': 'expert', 'diffusion': 'vit'}
+# Navigation guidance adds two 'unguided' language-model passes between decode and diffusion.
+_NEXT_AFTER = {'vision': 'lm', 'prefill': 'lm', 'decode': 'lm', 'diffusion': 'expert',
+               'unguided': 'lm'}
+_NEXT_AFTER_LAST = {**_NEXT_AFTER, 'decode': 'expert', 'diffusion': 'vit', 'unguided': 'expert'}
 
 
 class PhaseClock:
@@ -67,17 +69,23 @@ class PhaseClock:
 class _PhaseBridge(PhaseClock):
     """PhaseClock that also tells the runtime which sequence follows each pass."""
 
-    def __init__(self, runtime: OffloadRuntime | None, cuda: bool, token_budget: int) -> None:
+    def __init__(self, runtime: OffloadRuntime | None, cuda: bool, token_budget: int,
+                 after_decode: str = 'expert') -> None:
         super().__init__(cuda)
         self._runtime = runtime
         self._token_budget = token_budget
+        # What follows the last decode pass: the expert, the unguided passes ('lm', navigation
+        # guidance) or the next inference's ViT (question answering, no expert).
+        self._after_decode = after_decode
 
     def phase_start(self, phase: str, index: int, is_last: bool) -> None:
         """Tell the runtime what follows this pass, then start its clock."""
         if self._runtime is not None:
             nxt = _NEXT_AFTER_LAST.get(phase) if is_last else _NEXT_AFTER.get(phase)
+            if phase == 'decode' and is_last:
+                nxt = self._after_decode
             if phase == 'prefill' and self._token_budget <= 1:
-                nxt = 'expert'   # no decode pass follows the prefill
+                nxt = self._after_decode   # no decode pass follows the prefill
             if nxt is not None:
                 self._runtime.hint_next(nxt)
         super().phase_start(phase, index, is_last)

@@ -7,14 +7,30 @@ from __future__ import annotations
 
 from .alpamayo import AlpamayoR1, build_meta, build_random, materialize_random
 from .checkpoint import CheckpointTensorSource, load_checkpoint, save_checkpoint
-from .config import AlpamayoConfig, full_config, preset, scaled_config, tiny_config
+from .config import (
+    AlpamayoConfig,
+    full_1_5_config,
+    full_config,
+    preset,
+    scaled_config,
+    tiny_1_5_config,
+    tiny_config,
+)
 from .errors import CheckpointError, ConfigError, ModelError, ModelInputError
-from .inference import DecodeOptions, InferenceResult, Rollout, run_inference
+from .inference import (
+    DecodeOptions,
+    InferenceResult,
+    Rollout,
+    TextResult,
+    generate_text,
+    run_inference,
+)
 from .inputs import (
     ImageSizing,
     ModelInputs,
     inputs_from_processed,
     prepare_inputs,
+    prepare_vqa_inputs,
     to_t0_frame,
 )
 from .layer_graphs import GraphedDecoderLayer, LayerGraphs, graph_decoder_layers
@@ -29,9 +45,10 @@ __all__ = [
     "DecodeOptions", "FusedRMSNorm", "GraphedDecoderLayer", "ImageSizing", "InferenceResult",
     "LayerGraphs", "ModelError", "ModelInputError", "ModelInputs", "NullObserver",
     "OneSyncVisionAttention", "PhaseObserver", "RolledRotaryAttention", "Rollout",
-    "SyntheticTextIds", "TextEncoder", "TokenizerDirEncoder", "build_meta", "build_random",
-    "full_config", "fuse_rms_norms", "graph_decoder_layers", "inputs_from_processed",
-    "load_checkpoint", "materialize_random", "prepare_inputs", "preset", "roll_rotary",
-    "run_inference", "save_checkpoint", "scaled_config", "sync_vision_once", "tiny_config",
+    "SyntheticTextIds", "TextEncoder", "TextResult", "TokenizerDirEncoder", "build_meta",
+    "build_random", "full_1_5_config", "full_config", "fuse_rms_norms", "generate_text",
+    "graph_decoder_layers", "inputs_from_processed", "load_checkpoint", "materialize_random",
+    "prepare_inputs", "prepare_vqa_inputs", "preset", "roll_rotary", "run_inference",
+    "save_checkpoint", "scaled_config", "sync_vision_once", "tiny_1_5_config", "tiny_config",
     "to_t0_frame",
 ]

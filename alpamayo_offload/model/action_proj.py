@@ -16,10 +16,10 @@ from .config import ActionConfig
 class FourierEncoderV2(nn.Module):
     """sin/cos of 2*pi*x*f for log-spaced f in [1, max_freq], scaled by sqrt(2)."""
 
-    def __init__(self, dim: int, max_freq: float) -> None:
+    def __init__(self, dim: int, max_freq: float, persistent: bool = True) -> None:
         super().__init__()
         self.dim, self.max_freq = dim, max_freq
-        self.register_buffer("freqs", self.default_freqs())
+        self.register_buffer("freqs", self.default_freqs(), persistent=persistent)
 
     def default_freqs(self, device: torch.device | None = None) -> torch.Tensor:
         """(1, dim/2) log-spaced frequencies (float32; a bf16 checkpoint stores them rounded)."""
@@ -66,13 +66,21 @@ class MLPEncoder(nn.Module):
 
 
 class PerWaypointActionInProjV2(nn.Module):
-    """Per-waypoint Fourier features of (accel, curvature) and the flow time -> (B, N, out_dim)."""
+    """Per-waypoint Fourier features of (accel, curvature) and the flow time -> (B, N, out_dim).
 
-    def __init__(self, cfg: ActionConfig, action_dim: int, out_dim: int) -> None:
+    R1 upcasts the inputs to float32 and stores the `freqs` in the checkpoint; Alpamayo 1.5
+    (`release_1_5`) feeds the inputs as given and rebuilds the `freqs` at load (non-persistent).
+    """
+
+    def __init__(self, cfg: ActionConfig, action_dim: int, out_dim: int,
+                 release_1_5: bool = False) -> None:
         super().__init__()
         feats = cfg.num_fourier_feats
-        self.sinus = nn.ModuleList(FourierEncoderV2(feats, cfg.max_freq) for _ in range(action_dim))
-        self.timestep_fourier_encoder = FourierEncoderV2(feats, cfg.max_freq)
+        keep = not release_1_5
+        self.upcast = keep
+        self.sinus = nn.ModuleList(FourierEncoderV2(feats, cfg.max_freq, keep)
+                                   for _ in range(action_dim))
+        self.timestep_fourier_encoder = FourierEncoderV2(feats, cfg.max_freq, keep)
         self.encoder = MLPEncoder(feats * (action_dim + 1), cfg.in_proj_num_layers,
                                   cfg.in_proj_hidden_size, out_dim)
         self.norm = nn.LayerNorm(out_dim)
@@ -84,7 +92,8 @@ class PerWaypointActionInProjV2(nn.Module):
     def forward(self, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         """X (B, N, C) noisy action, t (B, 1, 1) flow time -> (B, N, out_dim)."""
         b, n, _ = x.shape
-        x, t = x.float(), t.float()
+        if self.upcast:
+            x, t = x.float(), t.float()
         action_feats = torch.cat([enc(x[:, :, i]) for i, enc in enumerate(self.sinus)], dim=-1)
         time_feats = self.timestep_fourier_encoder(t[..., -1]).repeat(1, n, 1)  # (B, N, F)
         feats = torch.cat((action_feats, time_feats), dim=-1)                     # (B, N, F(C+1))

@@ -87,19 +87,25 @@ def _speed_design(theta: torch.Tensor) -> torch.Tensor:
 
 
 class UnicycleAccelCurvatureActionSpace(nn.Module):
-    """Holds the normalisation buffers (checkpoint keys `action_space.*`) and the kinematics."""
+    """Holds the normalisation buffers (checkpoint keys `action_space.*`) and the kinematics.
 
-    def __init__(self, cfg: ActionConfig) -> None:
+    `persistent=False` (Alpamayo 1.5): the buffers are not checkpoint tensors; they are rebuilt
+    from the config at load, rounded to the load dtype as the official constructor makes them.
+    """
+
+    def __init__(self, cfg: ActionConfig, persistent: bool = True) -> None:
         super().__init__()
         self.cfg = cfg
         for name in ("accel_mean", "accel_std", "curvature_mean", "curvature_std"):
-            self.register_buffer(name, torch.tensor(getattr(cfg, name), dtype=torch.float32))
+            self.register_buffer(name, torch.tensor(getattr(cfg, name), dtype=torch.float32),
+                                 persistent=persistent)
 
-    def rebuild_buffers(self, device: torch.device) -> None:
-        """Recreate the four float32 buffers from the config (when a checkpoint lacks them)."""
+    def rebuild_buffers(self, device: torch.device,
+                        rounded_to: torch.dtype = torch.float32) -> None:
+        """Recreate the four float32 buffers from the config, values rounded to `rounded_to`."""
         for name in ("accel_mean", "accel_std", "curvature_mean", "curvature_std"):
-            self._buffers[name] = torch.tensor(getattr(self.cfg, name), dtype=torch.float32,
-                                               device=device)
+            value = torch.tensor(getattr(self.cfg, name), dtype=rounded_to, device=device)
+            self._buffers[name] = value.to(torch.float32)
 
     @torch.no_grad()
     def estimate_t0_speed(self, hist_xyz: torch.Tensor, hist_rot: torch.Tensor) -> torch.Tensor:

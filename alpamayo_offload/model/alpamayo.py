@@ -41,11 +41,12 @@ class AlpamayoR1(nn.Module):
         self.vlm = Qwen3VLForConditionalGeneration(cfg.to_qwen3vl_config())
         self.expert = Qwen3VLTextModel(cfg.expert_text_config())
         del self.expert.embed_tokens  # the expert reads action embeddings, never token ids
-        self.action_space = UnicycleAccelCurvatureActionSpace(cfg.action)
+        self.action_space = UnicycleAccelCurvatureActionSpace(cfg.action,
+                                                              persistent=not cfg.is_1_5)
         self.diffusion = FlowMatching((cfg.action.n_waypoints, ACTION_DIM),
                                       cfg.action.diffusion_steps)
         self.action_in_proj = PerWaypointActionInProjV2(cfg.action, ACTION_DIM,
-                                                        cfg.expert.hidden_size)
+                                                        cfg.expert.hidden_size, cfg.is_1_5)
         self.action_out_proj = nn.Linear(cfg.expert.hidden_size, ACTION_DIM)
 
     # ---- what the runtime plans and streams ----------------------------------------------
@@ -80,10 +81,18 @@ class AlpamayoR1(nn.Module):
                         names: set[str] | None = None) -> None:
         """Recreate non-learned buffers from the config on `device`.
 
-        Always the RoPE `inv_freq` tables (non-persistent, never in a checkpoint); the persistent
+        Always the RoPE `inv_freq` tables (non-persistent, never in a checkpoint); R1's persistent
         `freqs` / `action_space.*` buffers only where `names` lists them (None = all). `freqs` are
         cast to `freqs_dtype` (a bf16 release stores them bf16-rounded, `keep_same_dtype`).
+        Alpamayo 1.5 stores neither: both are always rebuilt as its constructor builds them --
+        `freqs` rounded through the expert's bfloat16, the action-space constants rounded to the
+        load dtype `freqs_dtype` (exact in float32).
         """
+        if self.cfg.is_1_5:
+            for enc in self.action_in_proj.fourier_encoders():
+                enc._buffers["freqs"] = _freqs(enc, device, torch.bfloat16).to(freqs_dtype)
+            self.action_space.rebuild_buffers(device, freqs_dtype)
+            names = set()
         for module in self.modules():
             if isinstance(module, (Qwen3VLTextRotaryEmbedding, Qwen3VLVisionRotaryEmbedding)):
                 with torch.device("cpu"):

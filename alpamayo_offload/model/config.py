@@ -19,6 +19,9 @@ from transformers.activations import ACT2FN
 from .errors import ConfigError
 
 MODEL_TYPE = "alpamayo_r1"
+MODEL_TYPE_1_5 = "alpamayo1_5"
+# config.json `model_type` -> the family's name as presets and reports give it.
+MODEL_FAMILIES = {MODEL_TYPE: "r1", MODEL_TYPE_1_5: "1.5"}
 # Names whose VLM is the Qwen3-VL-8B shape; a checkpoint naming one needs no vlm_config.json.
 QWEN3VL_8B_NAMES = ("Qwen/Qwen3-VL-8B-Instruct", "nvidia/Cosmos-Reason2-8B")
 
@@ -143,6 +146,8 @@ class ActionConfig:
     kappa_lambda: float = 1e-4
     kappa_ridge: float = 1e-4
     diffusion_steps: int = 10  # the model's own Euler steps (diffusion_cfg.num_inference_steps)
+    # 1.5 diffusion_cfg.inference_guidance_weight: nav guidance's w when a call gives none.
+    guidance_weight: float = 1.0
 
     def __post_init__(self) -> None:
         _positive(self, "in_proj_hidden_size", "in_proj_num_layers", "num_fourier_feats",
@@ -199,8 +204,15 @@ class AlpamayoConfig:
     tokens: TokenConfig = field(default_factory=TokenConfig)
     expert_non_causal_attention: bool = True
     vlm_name_or_path: str = QWEN3VL_8B_NAMES[0]
+    # `alpamayo_r1` or `alpamayo1_5` (config.json `model_type`): 1.5 writes camera and frame text
+    # and the route span into the prompt, rebuilds the action buffers at load (not stored) and
+    # feeds the action head without upcasting.
+    model_type: str = MODEL_TYPE
 
     def __post_init__(self) -> None:
+        if self.model_type not in MODEL_FAMILIES:
+            raise ConfigError(f"AlpamayoConfig.model_type = {self.model_type!r}: must be one of "
+                              f"{sorted(MODEL_FAMILIES)}")
         if self.expert.head_dim != self.text.head_dim:
             raise ConfigError(f"ExpertConfig.head_dim = {self.expert.head_dim} must equal the "
                               f"VLM's head_dim = {self.text.head_dim} (shared KV cache)")
@@ -283,6 +295,16 @@ class AlpamayoConfig:
         return vlm_dict(self)
 
     @property
+    def is_1_5(self) -> bool:
+        """True for Alpamayo 1.5 (`model_type` alpamayo1_5)."""
+        return self.model_type == MODEL_TYPE_1_5
+
+    @property
+    def family(self) -> str:
+        """`r1` or `1.5`."""
+        return MODEL_FAMILIES[self.model_type]
+
+    @property
     def is_qwen3vl_8b_shape(self) -> bool:
         """True when text and vision configs are the release (Qwen3-VL-8B) shape."""
         return self.text == TextConfig() and self.vision == VisionConfig()
@@ -340,6 +362,16 @@ def tiny_config() -> AlpamayoConfig:
     )
 
 
+def full_1_5_config() -> AlpamayoConfig:
+    """Return the released Alpamayo 1.5-10B shape (R1's backbone and expert sizes)."""
+    return dataclasses.replace(full_config(), model_type=MODEL_TYPE_1_5)
+
+
+def tiny_1_5_config() -> AlpamayoConfig:
+    """Return the 1.5 structure at the official-tiny 1.5 fixture's widths."""
+    return dataclasses.replace(tiny_config(), model_type=MODEL_TYPE_1_5)
+
+
 def scaled_config(num_layers: int, vision_depth: int | None = None,
                   base: AlpamayoConfig | None = None) -> AlpamayoConfig:
     """Scale `base` (default full) to `num_layers` LM/expert layers and `vision_depth` ViT blocks.
@@ -361,20 +393,29 @@ def scaled_config(num_layers: int, vision_depth: int | None = None,
     )
 
 
+PRESETS = ("full", "tiny", "1.5", "tiny-1.5")
+
+
 def preset(name: str) -> AlpamayoConfig:
-    """`full`, `tiny`, or `layers=N[,vit=M]` (full widths, N LM/expert layers, M ViT blocks)."""
-    if name == "full":
-        return full_config()
-    if name == "tiny":
-        return tiny_config()
+    """Return a preset: `full`, `tiny` (R1), `1.5`, `tiny-1.5`, `layers=N[,vit=M][,family=1.5]`.
+
+    `layers=` keeps full widths with N LM/expert layers and M ViT blocks.
+    """
+    fixed = {"full": full_config, "tiny": tiny_config, "1.5": full_1_5_config,
+             "tiny-1.5": tiny_1_5_config}
+    if name in fixed:
+        return fixed[name]()
     if name.startswith("layers="):
         parts = dict(p.split("=", 1) for p in name.split(","))
         try:
+            base = full_1_5_config() if parts.pop("family", "r1") == "1.5" else full_config()
             return scaled_config(int(parts["layers"]),
-                                 int(parts["vit"]) if "vit" in parts else None)
+                                 int(parts["vit"]) if "vit" in parts else None, base)
         except (KeyError, ValueError) as err:
-            raise ConfigError(f"preset {name!r}: expected 'layers=N' or 'layers=N,vit=M'") from err
-    raise ConfigError(f"unknown preset {name!r}: use 'full', 'tiny' or 'layers=N[,vit=M]'")
+            raise ConfigError(f"preset {name!r}: expected 'layers=N[,vit=M][,family=1.5]'") \
+                from err
+    raise ConfigError(f"unknown preset {name!r}: use one of {list(PRESETS)} or "
+                      "'layers=N[,vit=M][,family=1.5]'")
 
 
 # ---- fixed token ids (spec 2.3): they never depend on a tokenizer ----------------------------
@@ -385,6 +426,7 @@ VISION_START_ID = 151652
 VISION_END_ID = 151653
 IMAGE_PAD_ID = 151655
 VIDEO_PAD_ID = 151656
+# R1 names; 1.5 renamed nine unused ones `_padding_N` with the same ids (spec section 2).
 SPECIAL_TOKEN_NAMES = (
     "prompt_start", "prompt_end", "image_start", "image_pre_tkn", "image_end",
     "traj_history_start", "traj_history_pre_tkn", "traj_history_end", "cot_start", "cot_end",
@@ -401,6 +443,12 @@ TRAJ_FUTURE_START_ID = SPECIAL_IDS["traj_future_start"]  # 155681: the decode st
 TRAJ_HISTORY_START_ID = SPECIAL_IDS["traj_history_start"]
 TRAJ_HISTORY_END_ID = SPECIAL_IDS["traj_history_end"]
 TRAJ_HISTORY_ID = SPECIAL_IDS["traj_history"]         # 155684: the 48 history placeholders
+ROUTE_START_ID = SPECIAL_IDS["route_start"]           # 155690: 1.5 navigation text span
+ROUTE_END_ID = SPECIAL_IDS["route_end"]               # 155692
+QUESTION_START_ID = SPECIAL_IDS["question_start"]     # 155693: 1.5 VQA prompt
+QUESTION_END_ID = SPECIAL_IDS["question_end"]         # 155694
+ANSWER_START_ID = SPECIAL_IDS["answer_start"]         # 155695
+ANSWER_END_ID = SPECIAL_IDS["answer_end"]             # 155696
 
 
 def traj_token_ids() -> dict[str, int]:

@@ -20,10 +20,12 @@ The device and dtype are arguments of every call (never cached): the runtime may
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -31,11 +33,11 @@ from torch import nn
 from transformers import DynamicCache
 
 from .alpamayo import AlpamayoR1
-from .config import IM_END_ID, IMAGE_PAD_ID, PAD_ID, TRAJ_FUTURE_START_ID
+from .config import ANSWER_END_ID, IM_END_ID, IMAGE_PAD_ID, PAD_ID, TRAJ_FUTURE_START_ID
 from .errors import ModelInputError
 from .inputs import ModelInputs
 from .observer import NullObserver, PhaseObserver
-from .tokens import TextEncoder, chain_of_causation_ids
+from .tokens import TextEncoder, chain_of_causation_ids, remove_route_span
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +53,10 @@ class DecodeOptions:
     `diffusion_steps` None runs the model's own Euler steps (its checkpoint's
     `diffusion_cfg.num_inference_steps`, `steps_for`); a number overrides them.
     Rows stop one token after <|traj_future_start|>; `eos` ends a row at once with pad after.
+    `guidance_weight` (Alpamayo 1.5, a prompt with navigation text): None runs the plain
+    rollout; a number w runs navigation classifier-free guidance, v = (1 - w) v_unguided +
+    w v_guided per Euler step (1 = guided only, 0 = unguided only; the official notebook: 1.5).
+    `noise_temperature` scales the initial noise (the official `temperature` diffusion kwarg).
     """
 
     max_decode_tokens: int = 256
@@ -62,6 +68,8 @@ class DecodeOptions:
     num_samples: int = 1
     diffusion_steps: int | None = None
     stop_on_im_end: bool = True  # [inferred] the Qwen generation config's eos ends a row
+    guidance_weight: float | None = None
+    noise_temperature: float = 1.0
 
     def __post_init__(self) -> None:
         if self.max_decode_tokens < 1:
@@ -73,6 +81,8 @@ class DecodeOptions:
         if self.diffusion_steps is not None and self.diffusion_steps < 1:
             raise ValueError(f"diffusion_steps = {self.diffusion_steps}: must be >= 1, or None "
                              "for the model's own")
+        if self.noise_temperature <= 0.0:
+            raise ValueError(f"noise_temperature = {self.noise_temperature}: must be > 0")
         if not 0.0 < self.top_p <= 1.0 or self.temperature <= 0.0:
             raise ValueError(f"top_p = {self.top_p} must be in (0, 1], temperature = "
                              f"{self.temperature} must be > 0")
@@ -184,11 +194,14 @@ class Rollout:
 
     # ---- 4. expert + diffusion ----------------------------------------------------------------
     def expert_conditioning(self, sequences: torch.Tensor, cache_len: int,
-                            rope_deltas: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                            rope_deltas: torch.Tensor, prefix_mask: torch.Tensor | None = None,
+                            ) -> tuple[torch.Tensor, torch.Tensor]:
         """-> expert position ids (3, B, N) and additive mask (B, 1, N, cache_len + N).
 
         Positions continue right after <|traj_future_start|> (or after the last token when it was
         never emitted); cache columns after it are hidden; action tokens see each other.
+        `prefix_mask` (B, L), 0 at left padding of the prompt: those columns are hidden too
+        (Alpamayo 1.5's expert mask).
         """
         n = self.model.cfg.action.n_waypoints
         b, length = sequences.shape
@@ -201,8 +214,53 @@ class Rollout:
         mask = torch.zeros(b, 1, n, cache_len + n, dtype=torch.float32, device=self.device)
         cols = torch.arange(cache_len + n, device=self.device)
         hidden_cols = (cols[None] >= offset[:, None]) & (cols[None] < cache_len)  # (B, C+N)
+        if prefix_mask is not None:
+            pad = prefix_mask.to(self.device) == 0
+            hidden_cols[:, :pad.shape[1]] |= pad
         mask.masked_fill_(hidden_cols[:, None, None, :], torch.finfo(torch.float32).min)
         return pos, mask
+
+    def unguided_context(self, unguided_ids: torch.Tensor, grid_thw: torch.Tensor,
+                         image_embeds: torch.Tensor, deepstack: list[torch.Tensor],
+                         new_ids: torch.Tensor, observer: PhaseObserver,
+                         ) -> tuple[DynamicCache, torch.Tensor, torch.Tensor, dict[str, Any]]:
+        """Navigation guidance's unguided branch: -> cache, expert positions, mask, extras.
+
+        The prompt without its route span is prefilled with the guided pass's image features
+        (the images are the same: no second vision pass), its cache repeated per sample, then
+        the guided rows' generated tokens (`new_ids`, pad after the stop) are re-fed in one
+        teacher-forced pass, pads hidden, at positions `L_u + rope_deltas + k` (official
+        `..._cfg_nav`). The cache then holds L_u + g tokens.
+        """
+        observer.phase_start("unguided", 0, False)
+        _, _, cache, rope_deltas = self.prefill(unguided_ids, grid_thw, image_embeds, deepstack)
+        observer.phase_end("unguided", 0)
+        s, g = new_ids.shape
+        length = unguided_ids.shape[1]
+        if s > 1:
+            cache.batch_repeat_interleave(s)
+        observer.phase_start("unguided", 1, True)
+        gen = new_ids.to(self.device)
+        pos = (length + torch.arange(g, device=self.device))[None] + rope_deltas.to(self.device)
+        cols = torch.arange(length + g, device=self.device)
+        rows = length + torch.arange(g, device=self.device)
+        hidden = (cols[None, None] > rows[None, :, None]) | torch.cat(
+            [torch.zeros(s, length, dtype=torch.bool, device=self.device), gen == PAD_ID],
+            dim=1)[:, None]                                                   # (S, g, L_u + g)
+        mask = torch.zeros(s, 1, g, length + g, dtype=torch.float32, device=self.device)
+        mask.masked_fill_(hidden[:, None], torch.finfo(torch.float32).min)
+        self.model.vlm.model.language_model(
+            inputs_embeds=self.embed(gen), position_ids=pos.expand(3, s, g),
+            past_key_values=cache, attention_mask=mask, use_cache=True)
+        observer.phase_end("unguided", 1)
+        sequences = torch.cat([unguided_ids.to(self.device).expand(s, -1), gen], dim=1)
+        cache_len = cache.get_seq_length()
+        deltas = rope_deltas.expand(s, 1)
+        pos_u, mask_u = self.expert_conditioning(sequences, cache_len, deltas)
+        extras = {"unguided_input_ids": unguided_ids, "unguided_rope_deltas": rope_deltas,
+                  "unguided_cache_len": torch.tensor(cache_len),
+                  "unguided_expert_position_ids": pos_u, "unguided_expert_attention_mask": mask_u}
+        return cache, pos_u, mask_u, extras
 
     def expert_step(self, x: torch.Tensor, t: torch.Tensor, cache: DynamicCache,
                     position_ids: torch.Tensor,
@@ -311,13 +369,20 @@ def run_inference(model: AlpamayoR1, inputs: ModelInputs, device: torch.device |
                   options: DecodeOptions | None = None, observer: PhaseObserver | None = None,
                   decoder: TextEncoder | None = None, diffusion_noise: torch.Tensor | None = None,
                   dtype: torch.dtype | None = None, keep_extras: bool = False) -> InferenceResult:
-    """Run the whole rollout. `diffusion_noise` (S, 64, 2) replaces the seeded initial noise."""
+    """Run the whole rollout. `diffusion_noise` (S, 64, 2) replaces the initial noise.
+
+    With `options.guidance_weight` (navigation guidance) the guided and unguided velocities of
+    each Euler step come from one expert pass over both contexts stacked (batch 2S), so a
+    streamed expert layer is read once per step.
+    """
     opts = options or DecodeOptions()
     obs = observer or NullObserver()
     ro = Rollout(model, device, dtype)
     dev = ro.device
     gen = torch.Generator(device=dev).manual_seed(opts.seed)
     extras: dict[str, torch.Tensor] = {}
+    guided = opts.guidance_weight is not None
+    unguided_ids = remove_route_span(inputs.input_ids) if guided else None
     # The small inputs go to the device once, before any layer's weights are copied: a copy
     # from pageable memory later (prefill, after diffusion) blocks the host until the copy
     # engine reaches it, behind whatever layer copy an offloading runtime has queued there.
@@ -328,61 +393,53 @@ def run_inference(model: AlpamayoR1, inputs: ModelInputs, device: torch.device |
         image_embeds, deepstack = ro.vision(inputs.pixel_values, inputs.image_grid_thw)
         obs.phase_end("vision", 0)
 
-        obs.phase_start("prefill", 0, True)
-        logits, hidden, cache, rope_deltas = ro.prefill(input_ids, grid, image_embeds, deepstack)
-        if keep_extras:
-            extras.update(image_embeds=image_embeds, prefill_last_hidden_state=hidden,
-                          rope_deltas=rope_deltas)
         s = opts.num_samples
-        if s > 1:  # one prompt, S rows: same K/V, own tokens and noise
-            cache.batch_repeat_interleave(s)
-            logits = logits.repeat_interleave(s, dim=0)
-            rope_deltas = rope_deltas.repeat_interleave(s, dim=0)
-        pick = _token_picker(opts, gen, _traj_ids(model), logits)
-        tokens = [pick(logits)]   # the prefill pass emits the first token
-        obs.phase_end("prefill", 0)
-        budget = opts.token_budget
-        rows = _row_ends(tokens[0], opts.stop_on_im_end)
-        step = 0
-        while len(tokens) < budget:
-            if opts.fixed_decode_tokens is None and rows.all_done(latest=False):
-                break
-            is_last = len(tokens) + 1 >= budget or (
-                opts.fixed_decode_tokens is None and rows.all_done(latest=True))
-            obs.phase_start("decode", step, is_last)
-            logits = ro.decode(tokens[-1], cache, rope_deltas)
-            tokens.append(rows.add(pick(logits)))   # the pass ends with its token chosen
-            obs.phase_end("decode", step)
-            step += 1
-            if is_last:
-                break
-        new_raw = torch.cat(tokens, dim=1)                                  # (S, n)
+        first, cache, rope_deltas, pick = _prefill_rows(ro, opts, gen, input_ids, grid,
+                                                        image_embeds, deepstack, obs, extras,
+                                                        keep_extras, _traj_ids(model))
+        new_raw, step = _decode_rows(ro, opts, first, cache, rope_deltas, pick, obs,
+                                     stop_at_traj=True)
         new_ids = _pad_after_stop(new_raw)
         prompt = input_ids.repeat_interleave(s, dim=0)
         sequences = torch.cat([prompt, new_ids], dim=1)
         cache_len = cache.get_seq_length()
         pos, mask = ro.expert_conditioning(sequences, cache_len, rope_deltas)
+        if keep_extras:
+            extras.update(sequences_raw=torch.cat([prompt, new_raw], dim=1), sequences=sequences,
+                          prefill_seq_len=torch.tensor(cache_len), expert_position_ids=pos,
+                          expert_attention_mask=mask)
+        if unguided_ids is not None:
+            cache_u, pos_u, mask_u, more = ro.unguided_context(
+                unguided_ids, grid, image_embeds, deepstack, new_ids, obs)
+            if keep_extras:
+                extras.update(more)
+            cache, pos, mask = stack_expert_contexts((cache, pos, mask), (cache_u, pos_u, mask_u))
+        del image_embeds, deepstack
 
         n = model.cfg.action.n_waypoints
         if diffusion_noise is None:
             x0 = torch.randn(s, n, 2, generator=gen, device=dev, dtype=torch.float32)
+            if opts.noise_temperature != 1.0:
+                x0 = x0 * opts.noise_temperature
         else:
             x0 = diffusion_noise.to(dev, torch.float32)
 
         def velocity(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
             return ro.expert_step(x, t, cache, pos, mask)[0]
 
+        def guided_velocity(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+            v = ro.expert_step(torch.cat([x, x]), torch.cat([t, t]), cache, pos, mask)[0]
+            return combine_guidance(v[:s], v[s:], float(opts.guidance_weight))
+
         steps = opts.steps_for(model)
         sampled = model.diffusion.sample(
-            x0, velocity, steps,
+            x0, guided_velocity if guided else velocity, steps,
             on_step=lambda i, last: obs.phase_start("diffusion", i, last),
             on_step_end=lambda i: obs.phase_end("diffusion", i))
     xyz, rot = model.action_space.action_to_traj(sampled, hist_xyz.repeat_interleave(s, dim=0),
                                                  hist_rot.repeat_interleave(s, dim=0))
     if keep_extras:
-        extras.update(sequences_raw=torch.cat([prompt, new_raw], dim=1), sequences=sequences,
-                      prefill_seq_len=torch.tensor(cache_len), expert_position_ids=pos,
-                      expert_attention_mask=mask, diffusion_noise=x0, sampled_action=sampled)
+        extras.update(diffusion_noise=x0, sampled_action=sampled)
     coc = [chain_of_causation_ids(row.tolist()) for row in new_ids.cpu()]
     text = None
     if decoder is not None:
@@ -395,11 +452,154 @@ def run_inference(model: AlpamayoR1, inputs: ModelInputs, device: torch.device |
                            decode_steps=step, diffusion_steps=steps, extras=extras)
 
 
-def _row_ends(first: torch.Tensor, stop_on_im_end: bool) -> _DeviceRowEnds | _HostRowEnds:
-    """Track row ends on the host when the tokens are there, else on their device (no sync)."""
+def combine_guidance(v_guided: torch.Tensor, v_unguided: torch.Tensor,
+                     weight: float) -> torch.Tensor:
+    """Classifier-free guidance as the official sampler combines it: (1 - w) v_u + w v_g."""
+    return (1 - weight) * v_unguided + weight * v_guided
+
+
+ExpertContext = tuple[DynamicCache, torch.Tensor, torch.Tensor]
+
+
+def stack_expert_contexts(a: ExpertContext, b: ExpertContext) -> ExpertContext:
+    """Two expert contexts (cache, positions (3, B, N), mask (B, 1, N, C + N)) as one of 2B rows.
+
+    The shorter cache is padded at its end with hidden columns, so each row attends to exactly
+    what it did alone. Each source layer is released once copied (no second full cache).
+    """
+    (cache_a, pos_a, mask_a), (cache_b, pos_b, mask_b) = a, b
+    len_a, len_b = cache_a.get_seq_length(), cache_b.get_seq_length()
+    width = max(len_a, len_b)
+    stacked = DynamicCache()
+    for i, (la, lb) in enumerate(zip(cache_a.layers, cache_b.layers, strict=True)):
+        keys = torch.cat([_pad_seq(la.keys, width), _pad_seq(lb.keys, width)])
+        values = torch.cat([_pad_seq(la.values, width), _pad_seq(lb.values, width)])
+        la.keys = la.values = lb.keys = lb.values = None
+        stacked.update(keys, values, i)
+    masks = [_pad_mask(m, length, width) for m, length in ((mask_a, len_a), (mask_b, len_b))]
+    return stacked, torch.cat([pos_a, pos_b], dim=1), torch.cat(masks)
+
+
+def _pad_seq(t: torch.Tensor, width: int) -> torch.Tensor:
+    """(B, H, C, D) -> (B, H, width, D), zeros after C."""
+    return torch.nn.functional.pad(t, (0, 0, 0, width - t.shape[2]))
+
+
+def _pad_mask(mask: torch.Tensor, cache_len: int, width: int) -> torch.Tensor:
+    """Insert hidden columns between a mask's cache columns and its action columns."""
+    b, one, n, _ = mask.shape
+    gap = torch.full((b, one, n, width - cache_len), torch.finfo(mask.dtype).min,
+                     dtype=mask.dtype, device=mask.device)
+    return torch.cat([mask[..., :cache_len], gap, mask[..., cache_len:]], dim=-1)
+
+
+def _prefill_rows(ro: Rollout, opts: DecodeOptions, gen: torch.Generator,
+                  input_ids: torch.Tensor, grid: torch.Tensor, image_embeds: torch.Tensor,
+                  deepstack: list[torch.Tensor], obs: PhaseObserver,
+                  extras: dict[str, torch.Tensor], keep_extras: bool, excluded: range,
+                  ) -> tuple[torch.Tensor, DynamicCache, torch.Tensor,
+                             Callable[[torch.Tensor], torch.Tensor]]:
+    """Prefill one prompt, repeat its cache per sample, pick the first token of every row."""
+    obs.phase_start("prefill", 0, True)
+    logits, hidden, cache, rope_deltas = ro.prefill(input_ids, grid, image_embeds, deepstack)
+    if keep_extras:
+        extras.update(image_embeds=image_embeds, prefill_last_hidden_state=hidden,
+                      rope_deltas=rope_deltas, prefill_logits=logits)
+    s = opts.num_samples
+    if s > 1:  # one prompt, S rows: same K/V, own tokens and noise
+        cache.batch_repeat_interleave(s)
+        logits = logits.repeat_interleave(s, dim=0)
+        rope_deltas = rope_deltas.repeat_interleave(s, dim=0)
+    pick = _token_picker(opts, gen, excluded, logits)
+    first = pick(logits)   # the prefill pass emits the first token
+    obs.phase_end("prefill", 0)
+    return first, cache, rope_deltas, pick
+
+
+def _decode_rows(ro: Rollout, opts: DecodeOptions, first: torch.Tensor, cache: DynamicCache,
+                 rope_deltas: torch.Tensor, pick: Callable[[torch.Tensor], torch.Tensor],
+                 obs: PhaseObserver, stop_at_traj: bool) -> tuple[torch.Tensor, int]:
+    """Decode until every row ended or the budget is spent -> (new ids (S, n), passes run)."""
+    tokens = [first]
+    budget = opts.token_budget
+    rows = _row_ends(first, opts.stop_on_im_end, stop_at_traj)
+    step = 0
+    while len(tokens) < budget:
+        if opts.fixed_decode_tokens is None and rows.all_done(latest=False):
+            break
+        is_last = len(tokens) + 1 >= budget or (
+            opts.fixed_decode_tokens is None and rows.all_done(latest=True))
+        obs.phase_start("decode", step, is_last)
+        logits = ro.decode(tokens[-1], cache, rope_deltas)
+        tokens.append(rows.add(pick(logits)))   # the pass ends with its token chosen
+        obs.phase_end("decode", step)
+        step += 1
+        if is_last:
+            break
+    return torch.cat(tokens, dim=1), step
+
+
+@dataclass
+class TextResult:
+    """Answers of `generate_text`, one per sample."""
+
+    token_ids: torch.Tensor            # (S, n) generated ids, pad after <|im_end|>
+    answer_token_ids: list[list[int]]  # per sample: the ids before <|answer_end|> ([] if none)
+    answers: list[str] | None          # decoded when a decoding tokenizer is given
+    decode_steps: int
+    extras: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+@torch.no_grad()
+def generate_text(model: AlpamayoR1, inputs: ModelInputs, device: torch.device | str,
+                  options: DecodeOptions | None = None, observer: PhaseObserver | None = None,
+                  decoder: TextEncoder | None = None, dtype: torch.dtype | None = None,
+                  keep_extras: bool = False) -> TextResult:
+    """Answer a question prompt (Alpamayo 1.5 VQA, official `generate_text`); no expert.
+
+    Plain decoding: the trajectory ids are not masked and <|traj_future_start|> does not stop a
+    row; a row ends with <|im_end|> (then pad) or the token budget. The answer is the text before
+    the first <|answer_end|> ("" when it never comes). The release samples (temperature 0.6,
+    top-p 0.98, `DecodeOptions(sample=True)`); greedy is `sample=False`.
+    """
+    opts = dataclasses.replace(options or DecodeOptions(), stop_on_im_end=True)
+    obs = observer or NullObserver()
+    ro = Rollout(model, device, dtype)
+    gen = torch.Generator(device=ro.device).manual_seed(opts.seed)
+    extras: dict[str, torch.Tensor] = {}
+    input_ids, grid = inputs.input_ids.to(ro.device), inputs.image_grid_thw.to(ro.device)
+    with ro.autocast():
+        obs.phase_start("vision", 0, True)
+        image_embeds, deepstack = ro.vision(inputs.pixel_values, inputs.image_grid_thw)
+        obs.phase_end("vision", 0)
+        first, cache, rope_deltas, pick = _prefill_rows(ro, opts, gen, input_ids, grid,
+                                                        image_embeds, deepstack, obs, extras,
+                                                        keep_extras, range(0))
+        new_ids, step = _decode_rows(ro, opts, first, cache, rope_deltas, pick, obs,
+                                     stop_at_traj=False)
+    answer_ids = []
+    for row in new_ids.cpu().tolist():
+        answer_ids.append(row[:row.index(ANSWER_END_ID)] if ANSWER_END_ID in row else [])
+    answers = None
+    if decoder is not None:
+        try:
+            answers = [decoder.decode(ids) for ids in answer_ids]
+        except ModelInputError:
+            answers = None
+    return TextResult(token_ids=new_ids.cpu(), answer_token_ids=answer_ids, answers=answers,
+                      decode_steps=step, extras=extras)
+
+
+def _row_ends(first: torch.Tensor, stop_on_im_end: bool,
+              stop_at_traj: bool = True) -> _DeviceRowEnds | _HostRowEnds:
+    """Track row ends on the host when the tokens are there, else on their device (no sync).
+
+    `stop_at_traj` False: <|traj_future_start|> ends no row (question answering).
+    """
+    stop = TRAJ_FUTURE_START_ID if stop_at_traj else -1
     if first.device.type == "cpu":
-        return _HostRowEnds(first, stop_on_im_end)
-    return _DeviceRowEnds(first, stop_on_im_end)
+        return _HostRowEnds(first, stop_on_im_end, stop)
+    return _DeviceRowEnds(first, stop_on_im_end, stop)
 
 
 class _DeviceRowEnds:
@@ -410,10 +610,12 @@ class _DeviceRowEnds:
     anywhere (`latest=True`: the next pass is the last).
     """
 
-    def __init__(self, first: torch.Tensor, stop_on_im_end: bool) -> None:
+    def __init__(self, first: torch.Tensor, stop_on_im_end: bool,
+                 stop_id: int = TRAJ_FUTURE_START_ID) -> None:
+        self._stop_id = stop_id
         self._eos = first[:, 0] == IM_END_ID if stop_on_im_end else None
         self._before_latest = torch.zeros_like(first[:, 0], dtype=torch.bool)
-        self._through_latest = first[:, 0] == TRAJ_FUTURE_START_ID
+        self._through_latest = first[:, 0] == stop_id
 
     def add(self, token: torch.Tensor) -> torch.Tensor:
         """Account for the newest token (B, 1); returns it with pad in the rows already ended."""
@@ -421,7 +623,7 @@ class _DeviceRowEnds:
             token = token.masked_fill(self._eos[:, None], PAD_ID)
             self._eos = self._eos | (token[:, 0] == IM_END_ID)
         self._before_latest = self._through_latest
-        self._through_latest = self._through_latest | (token[:, 0] == TRAJ_FUTURE_START_ID)
+        self._through_latest = self._through_latest | (token[:, 0] == self._stop_id)
         return token
 
     def all_done(self, latest: bool) -> bool:
@@ -438,12 +640,14 @@ class _HostRowEnds:
     ~2 us per token instead of ~40 us of tiny torch ops.
     """
 
-    def __init__(self, first: torch.Tensor, stop_on_im_end: bool) -> None:
+    def __init__(self, first: torch.Tensor, stop_on_im_end: bool,
+                 stop_id: int = TRAJ_FUTURE_START_ID) -> None:
         ids = first[:, 0].tolist()
+        self._stop_id = stop_id
         self._stop_on_im_end = stop_on_im_end
         self._eos = [stop_on_im_end and i == IM_END_ID for i in ids]
         self._before_latest = [False] * len(ids)
-        self._through_latest = [i == TRAJ_FUTURE_START_ID for i in ids]
+        self._through_latest = [i == stop_id for i in ids]
 
     def add(self, token: torch.Tensor) -> torch.Tensor:
         """Account for the newest token (B, 1); returns it with pad in the rows already ended."""
@@ -454,7 +658,7 @@ class _HostRowEnds:
         self._eos = [ended or (self._stop_on_im_end and i == IM_END_ID)
                      for i, ended in zip(ids, self._eos, strict=True)]
         self._before_latest = self._through_latest
-        self._through_latest = [seen or i == TRAJ_FUTURE_START_ID
+        self._through_latest = [seen or i == self._stop_id
                                 for i, seen in zip(ids, self._through_latest, strict=True)]
         return token
 

@@ -32,12 +32,20 @@ from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
 
 from .config import AlpamayoConfig
 from .errors import ModelInputError
-from .tokens import TextEncoder, build_prompt_ids, fuse_history, history_token_ids
+from .tokens import (
+    CAMERA_DISPLAY_NAMES,
+    TextEncoder,
+    build_prompt_ids,
+    build_vqa_prompt_ids,
+    fuse_history,
+    history_token_ids,
+)
 
 # Release camera order (sorted camera index); the model sees them in this order.
 CAMERA_NAMES = ("camera_cross_left_120fov", "camera_front_wide_120fov",
                 "camera_cross_right_120fov", "camera_front_tele_30fov")
 CAMERA_INDICES = (0, 1, 2, 6)
+CAMERA_SLOTS = len(CAMERA_DISPLAY_NAMES)  # Alpamayo 1.5: cameras in any of slots 0..6
 FRAMES_PER_CAMERA = 4      # t0-0.3 s ... t0 at 10 Hz, oldest first
 HISTORY_POSES = 16         # t0-1.5 s ... t0 at 10 Hz
 
@@ -225,31 +233,101 @@ def to_t0_frame(xyz_world: np.ndarray | torch.Tensor, rot_world: np.ndarray | to
     return local_xyz.float(), local_rot.float()
 
 
+def camera_slots(cfg: AlpamayoConfig, n_cameras: int,
+                 camera_indices: Sequence[int] | None) -> tuple[int, ...] | None:
+    """Return the release slots (0..6) of the cameras, validated; None for R1 (bare images).
+
+    1.5 takes 1-7 cameras in any slots; without `camera_indices` four cameras are the release's
+    (0, 1, 2, 6). R1 runs the four release cameras only.
+    """
+    if not cfg.is_1_5:
+        if camera_indices is not None and tuple(camera_indices) != CAMERA_INDICES:
+            raise ModelInputError(f"camera_indices {list(camera_indices)}: Alpamayo-R1 runs the "
+                                  f"release cameras {list(CAMERA_INDICES)} only")
+        return None
+    if camera_indices is None:
+        if n_cameras != len(CAMERA_INDICES):
+            raise ModelInputError(f"{n_cameras} cameras without camera_indices: name the slot "
+                                  f"(0..{CAMERA_SLOTS - 1}) of each camera")
+        return CAMERA_INDICES
+    slots = tuple(int(i) for i in camera_indices)
+    if len(slots) != n_cameras:
+        raise ModelInputError(f"camera_indices {list(slots)} name {len(slots)} cameras; the "
+                              f"images hold {n_cameras}")
+    if not 1 <= len(slots) <= CAMERA_SLOTS or len(set(slots)) != len(slots) \
+            or any(not 0 <= i < CAMERA_SLOTS for i in slots):
+        raise ModelInputError(f"camera_indices {list(slots)}: 1-{CAMERA_SLOTS} distinct slots "
+                              f"in 0..{CAMERA_SLOTS - 1}")
+    return slots
+
+
 def prepare_inputs(images: np.ndarray | torch.Tensor, hist_xyz_world: np.ndarray | torch.Tensor,
                    hist_rot_world: np.ndarray | torch.Tensor, cfg: AlpamayoConfig,
                    encoder: TextEncoder, device: torch.device | str = "cpu",
-                   dtype: torch.dtype = torch.float32) -> ModelInputs:
+                   dtype: torch.dtype = torch.float32,
+                   camera_indices: Sequence[int] | None = None,
+                   nav_text: str | None = None) -> ModelInputs:
     """Frames + world-frame ego history -> `ModelInputs` with the release prompt.
 
     The pixels go to `device` in `dtype`: the model's, so the vision pass uses them as they are.
+    `camera_indices` (1.5) are the release slots of the cameras; `nav_text` (1.5) the route text.
     """
     hist_xyz, hist_rot = to_t0_frame(hist_xyz_world, hist_rot_world)
     if hist_xyz.shape[0] != HISTORY_POSES:
         raise ModelInputError(f"ego history has {hist_xyz.shape[0]} poses; expected "
                               f"{HISTORY_POSES} (t0-1.5 s ... t0 at 10 Hz)")
+    slots = camera_slots(cfg, _n_cameras(images), camera_indices)
     pixel_values, grid = preprocess_images(images, cfg, device, dtype)
-    return inputs_from_processed(pixel_values, grid, hist_xyz[None], hist_rot[None], cfg, encoder)
+    return inputs_from_processed(pixel_values, grid, hist_xyz[None], hist_rot[None], cfg, encoder,
+                                 camera_indices=slots, nav_text=nav_text)
+
+
+def prepare_vqa_inputs(images: np.ndarray | torch.Tensor, question: str, cfg: AlpamayoConfig,
+                       encoder: TextEncoder, device: torch.device | str = "cpu",
+                       dtype: torch.dtype = torch.float32,
+                       camera_indices: Sequence[int] | None = None) -> ModelInputs:
+    """Frames + a question -> `ModelInputs` with Alpamayo 1.5's question prompt (no history).
+
+    The ego-history fields hold a resting history; question answering never reads them.
+    """
+    if not cfg.is_1_5:
+        raise ModelInputError("questions need an Alpamayo 1.5 checkpoint (R1 has no VQA prompt)")
+    slots = camera_slots(cfg, _n_cameras(images), camera_indices)
+    pixel_values, grid = preprocess_images(images, cfg, device, dtype)
+    merge = cfg.vision.spatial_merge_size ** 2
+    ids = build_vqa_prompt_ids(encoder, (grid.prod(-1) // merge).tolist(), question, slots)
+    return ModelInputs(input_ids=ids, pixel_values=pixel_values, image_grid_thw=grid,
+                       ego_history_xyz=torch.zeros(1, HISTORY_POSES, 3),
+                       ego_history_rot=torch.eye(3).expand(1, HISTORY_POSES, 3, 3).clone())
+
+
+def _n_cameras(images: np.ndarray | torch.Tensor) -> int:
+    shape = tuple(images.shape)
+    if len(shape) != 5:
+        raise ModelInputError(f"images: got shape {shape}; expected "
+                              "(n_cameras, n_frames, H, W, 3) uint8 RGB")
+    return shape[0]
 
 
 def inputs_from_processed(pixel_values: torch.Tensor, image_grid_thw: torch.Tensor,
                           hist_xyz: torch.Tensor, hist_rot: torch.Tensor, cfg: AlpamayoConfig,
-                          encoder: TextEncoder,
-                          prompt_ids: torch.Tensor | None = None) -> ModelInputs:
-    """Build `ModelInputs` from processed pixels + t0-frame history (1, 16, 3)."""
+                          encoder: TextEncoder, prompt_ids: torch.Tensor | None = None,
+                          camera_indices: Sequence[int] | None = None,
+                          nav_text: str | None = None) -> ModelInputs:
+    """Build `ModelInputs` from processed pixels + t0-frame history (1, 16, 3).
+
+    Without `prompt_ids` the release prompt is built: R1's bare images, or 1.5's camera and
+    frame text (`camera_indices`) with the route span when `nav_text` is given.
+    """
     merge = cfg.vision.spatial_merge_size ** 2
     counts: Sequence[int] = (image_grid_thw.prod(-1) // merge).tolist()
+    if nav_text is not None and not cfg.is_1_5:
+        raise ModelInputError("nav_text needs an Alpamayo 1.5 checkpoint (R1 has no route input)")
     if prompt_ids is None:
-        prompt_ids = build_prompt_ids(encoder, counts, cfg.tokens.tokens_per_history_traj)
+        if cfg.is_1_5 and camera_indices is None:
+            camera_indices = camera_slots(cfg, len(counts) // FRAMES_PER_CAMERA, None)
+        prompt_ids = build_prompt_ids(encoder, counts, cfg.tokens.tokens_per_history_traj,
+                                      camera_indices if cfg.is_1_5 else None, nav_text)
     ids = fuse_history(prompt_ids, history_token_ids(hist_xyz, cfg.tokens))
     return ModelInputs(input_ids=ids, pixel_values=pixel_values, image_grid_thw=image_grid_thw,
                        ego_history_xyz=hist_xyz.float(), ego_history_rot=hist_rot.float())

@@ -24,7 +24,8 @@ from .alpamayo import ACTION_DIM
 from .config import (
     FIRST_SPECIAL_ID,
     IMAGE_PAD_ID,
-    MODEL_TYPE,
+    MODEL_FAMILIES,
+    MODEL_TYPE_1_5,
     QWEN3VL_8B_NAMES,
     VIDEO_PAD_ID,
     VISION_END_ID,
@@ -81,6 +82,14 @@ EXPERT_IGNORED = {
     "tie_word_embeddings": "the expert has no token embedding",
 }
 DIFFUSION_IGNORED = {"train_timestep_sampler": "training only"}
+# Fields only Alpamayo 1.5 configs have (a R1 config naming them is refused as unknown).
+TOP_IGNORED_1_5 = {
+    "include_camera_ids": "stored but never read by the official 1.5 code: the camera names in "
+                          "the prompt follow the cameras given (helper.create_message)",
+    "include_frame_nums": "stored but never read by the official 1.5 code: frame numbers are "
+                          "always written with the camera names",
+}
+DIFFUSION_READ_1_5 = ("inference_guidance_weight", "use_classifier_free_guidance")
 HIST_TOKENIZER_IGNORED = {
     "ego_yaw_min": "used only with predict_yaw, which is refused",
     "ego_yaw_max": "used only with predict_yaw, which is refused",
@@ -127,7 +136,7 @@ class _Section:
         if key in self.data:
             return self.data[key]
         if default is _REQUIRED:
-            raise ConfigError(f"{self.field(key)} is missing; it must be an Alpamayo-R1 config as "
+            raise ConfigError(f"{self.field(key)} is missing; it must be an Alpamayo config as "
                               "released")
         return default
 
@@ -192,11 +201,13 @@ EXPERT_READ = (
 
 def parse_release(release: dict[str, Any], vlm: dict[str, Any] | None) -> AlpamayoConfig:
     """Parse config.json (+ vlm_config.json, or the 8B shape for a known VLM name)."""
-    top = _Section("config.json", release, TOP_READ, TOP_IGNORED, generic=True)
-    model_type = top.get("model_type", None)
-    if model_type != MODEL_TYPE:
-        raise ConfigError(f"config.json model_type = {model_type!r}: expected {MODEL_TYPE!r} "
-                          "(this loader reads Alpamayo-R1 checkpoints only)")
+    model_type = release.get("model_type") if isinstance(release, dict) else None
+    if model_type not in MODEL_FAMILIES:
+        raise ConfigError(f"config.json model_type = {model_type!r}: expected one of "
+                          f"{sorted(MODEL_FAMILIES)} (Alpamayo-R1 or Alpamayo 1.5)")
+    is_1_5 = model_type == MODEL_TYPE_1_5
+    top = _Section("config.json", release, TOP_READ,
+                   {**TOP_IGNORED, **(TOP_IGNORED_1_5 if is_1_5 else {})}, generic=True)
     top.fixed("add_special_tokens", (True,), False,
               ": the special-token ids (e.g. <|traj_future_start|> = 155681) assume it")
     top.fixed("keep_same_dtype", (True,), True,
@@ -217,17 +228,20 @@ def parse_release(release: dict[str, Any], vlm: dict[str, Any] | None) -> Alpama
     expert = _expert(_Section("config.json expert_cfg", top.get("expert_cfg"), EXPERT_READ,
                               EXPERT_IGNORED, generic=True), text)
     return AlpamayoConfig(text=text, vision=vision, expert=expert,
-                          action=_action(top, expert.hidden_size), tokens=_tokens(top),
-                          vlm_name_or_path=name,
+                          action=_action(top, expert.hidden_size, is_1_5), tokens=_tokens(top),
+                          vlm_name_or_path=name, model_type=model_type,
                           expert_non_causal_attention=top.fixed(
                               "expert_non_causal_attention", (True, False), True))
 
 
-def _action(top: _Section, expert_hidden: int) -> ActionConfig:
+def _action(top: _Section, expert_hidden: int, is_1_5: bool) -> ActionConfig:
     """action_space_cfg, action_in_proj_cfg, action_out_proj_cfg, diffusion_cfg -> ActionConfig.
 
     The heads' sizes the official code injects (`in_dims`, `out_dim`, `in_features`,
-    `out_features`, `x_dims`) are refused where a config names other ones.
+    `out_features`, `x_dims`) are refused where a config names other ones. 1.5's diffusion
+    config adds the nav-guidance weight (read: the weight a guided rollout uses unless the call
+    gives one) and `use_classifier_free_guidance`, which must stay off: the official standard
+    rollout fails with it on, and guidance is switched per call (`DecodeOptions`).
     """
     s = _Section("config.json action_space_cfg", top.get("action_space_cfg"), ACTION_SPACE_READ)
     s.target("UnicycleAccelCurvatureActionSpace")
@@ -236,9 +250,17 @@ def _action(top: _Section, expert_hidden: int) -> ActionConfig:
                    "in_dims", "out_dim"))
     ai.target("PerWaypointActionInProjV2")
     d = _Section("config.json diffusion_cfg", top.get("diffusion_cfg"),
-                 ("_target_", "int_method", "num_inference_steps", "x_dims"), DIFFUSION_IGNORED)
+                 ("_target_", "int_method", "num_inference_steps", "x_dims",
+                  *(DIFFUSION_READ_1_5 if is_1_5 else ())), DIFFUSION_IGNORED)
     d.target("FlowMatching")
     d.fixed("int_method", ("euler",), "euler")
+    d.fixed("use_classifier_free_guidance", (False,), False,
+            ": guidance is chosen per inference (guidance_weight); the official standard "
+            "rollout refuses to run with it on")
+    weight = d.get("inference_guidance_weight", 1.0)
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)):
+        raise UnsupportedConfigError(d.field("inference_guidance_weight"), weight,
+                                     "must be a number (1 = guided only, 0 = unguided only)")
     n_waypoints = s.get("n_waypoints")
     ai.equal("in_dims", [n_waypoints, ACTION_DIM], "(n_waypoints, 2) of the action space")
     ai.equal("out_dim", expert_hidden, "the expert's hidden_size")
@@ -266,7 +288,7 @@ def _action(top: _Section, expert_hidden: int) -> ActionConfig:
         theta_ridge=s.get("theta_ridge"), v_lambda=s.get("v_lambda"), v_ridge=s.get("v_ridge"),
         a_lambda=s.get("a_lambda"), a_ridge=s.get("a_ridge"),
         kappa_lambda=s.get("kappa_lambda"), kappa_ridge=s.get("kappa_ridge"),
-        diffusion_steps=steps,
+        diffusion_steps=steps, guidance_weight=float(weight),
     )
 
 
@@ -435,8 +457,9 @@ def _rope(section: _Section, data: Mapping[str, Any]) -> tuple[float, tuple[int,
 def release_dict(cfg: AlpamayoConfig) -> dict[str, Any]:
     """config.json in the released layout (the fields the official loader reads)."""
     a, tk, ex = cfg.action, cfg.tokens, cfg.expert
+    pkg = "alpamayo1_5" if cfg.is_1_5 else "alpamayo_r1"
     space = {
-        "_target_": "alpamayo_r1.action_space.UnicycleAccelCurvatureActionSpace",
+        "_target_": f"{pkg}.action_space.UnicycleAccelCurvatureActionSpace",
         "a_lambda": a.a_lambda, "a_ridge": a.a_ridge, "accel_bounds": list(a.accel_bounds),
         "accel_mean": a.accel_mean, "accel_std": a.accel_std,
         "curvature_bounds": list(a.curvature_bounds), "curvature_mean": a.curvature_mean,
@@ -453,25 +476,32 @@ def release_dict(cfg: AlpamayoConfig) -> dict[str, Any]:
                        ("rms_norm_eps", ex.rms_norm_eps)):
         if value is not None:  # None: inherited from the VLM text config
             expert[key] = value
+    diffusion: dict[str, Any] = {"_target_": f"{pkg}.diffusion.flow_matching.FlowMatching",
+                                 "int_method": "euler", "num_inference_steps": a.diffusion_steps,
+                                 "x_dims": "???"}
+    family: dict[str, Any] = {}
+    if cfg.is_1_5:
+        diffusion.update(inference_guidance_weight=a.guidance_weight,
+                         use_classifier_free_guidance=False)
+        family = {"include_camera_ids": False, "include_frame_nums": False}
     return {
+        **family,
         "action_in_proj_cfg": {
-            "_target_": "alpamayo_r1.models.action_in_proj.PerWaypointActionInProjV2",
+            "_target_": f"{pkg}.models.action_in_proj.PerWaypointActionInProjV2",
             "hidden_size": a.in_proj_hidden_size, "max_freq": a.max_freq,
             "num_enc_layers": a.in_proj_num_layers, "num_fourier_feats": a.num_fourier_feats,
         },
         "action_out_proj_cfg": {"_target_": "torch.nn.Linear"},
         "action_space_cfg": space,
         "add_special_tokens": True,
-        "architectures": ["AlpamayoR1"],
+        "architectures": ["Alpamayo1_5" if cfg.is_1_5 else "AlpamayoR1"],
         "attn_implementation": "sdpa",
-        "diffusion_cfg": {"_target_": "alpamayo_r1.diffusion.flow_matching.FlowMatching",
-                          "int_method": "euler", "num_inference_steps": a.diffusion_steps,
-                          "x_dims": "???"},
+        "diffusion_cfg": diffusion,
         "dtype": "bfloat16",
         "expert_cfg": expert,
         "expert_non_causal_attention": cfg.expert_non_causal_attention,
         "hist_traj_tokenizer_cfg": {
-            "_target_": "alpamayo_r1.models.delta_tokenizer.DeltaTrajectoryTokenizer",
+            "_target_": f"{pkg}.models.delta_tokenizer.DeltaTrajectoryTokenizer",
             "ego_xyz_max": list(tk.ego_xyz_max), "ego_xyz_min": list(tk.ego_xyz_min),
             "num_bins": tk.hist_num_bins, "predict_yaw": False,
         },
@@ -479,15 +509,14 @@ def release_dict(cfg: AlpamayoConfig) -> dict[str, Any]:
         "max_pixels": tk.max_pixels,
         "min_pixels": tk.min_pixels,
         "model_dtype": "bfloat16",
-        "model_type": MODEL_TYPE,
+        "model_type": cfg.model_type,
         "tokens_per_future_traj": tk.tokens_per_future_traj,
         "tokens_per_history_traj": tk.tokens_per_history_traj,
         "traj_token_ids": traj_token_ids(),
         "traj_token_start_idx": tk.traj_token_start_idx,
         "traj_tokenizer_cfg": {
             "_recursive_": False,
-            "_target_": "alpamayo_r1.action_space.discrete_action_space."
-                        "DiscreteTrajectoryTokenizer",
+            "_target_": f"{pkg}.action_space.discrete_action_space.DiscreteTrajectoryTokenizer",
             "action_space_cfg": dict(space), "dims_max": [10.0, 10.0],
             "dims_min": [-10.0, -10.0], "num_bins": tk.future_traj_num_bins,
         },

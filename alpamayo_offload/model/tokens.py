@@ -6,6 +6,7 @@ the Qwen3-VL tokenizer directory they have; tests use a small `tokenizers` token
 """
 from __future__ import annotations
 
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,11 +15,16 @@ from typing import Protocol
 import torch
 
 from .config import (
+    ANSWER_START_ID,
     COT_END_ID,
     COT_START_ID,
     IM_END_ID,
     IM_START_ID,
     IMAGE_PAD_ID,
+    QUESTION_END_ID,
+    QUESTION_START_ID,
+    ROUTE_END_ID,
+    ROUTE_START_ID,
     SPECIAL_IDS,
     TRAJ_FUTURE_START_ID,
     TRAJ_HISTORY_END_ID,
@@ -36,6 +42,10 @@ USER_TEXT = ("output the chain-of-thought reasoning of the driving process, "
 NEWLINE_ID = 198  # "\n" in the Qwen BPE; fixed ids of the chat roles below
 ROLE_IDS = {"system": (8948, NEWLINE_ID), "user": (872, NEWLINE_ID),
             "assistant": (77091, NEWLINE_ID)}
+# Alpamayo 1.5's names of the seven release camera slots (helper.CAMERA_DISPLAY_NAMES).
+CAMERA_DISPLAY_NAMES = ("Front left camera", "Front camera", "Front right camera",
+                        "Rear left camera", "Rear camera", "Rear right camera",
+                        "Front telephoto camera")
 
 
 class TextEncoder(Protocol):
@@ -88,7 +98,9 @@ class SyntheticTextIds:
     """Fixed stand-in ids of the two prompt sentences (12 and 18 ids, the fixture's lengths).
 
     For tests and random-weight benchmarks: the layout and length of the prompt are the release's,
-    the text ids carry no meaning. It cannot decode; the chain-of-causation text stays None.
+    the text ids carry no meaning. Other text (1.5's camera names and frame numbers, navigation
+    text, questions) gets one stand-in id per whitespace-separated word. It cannot decode; the
+    chain-of-causation text stays None.
     """
 
     system_ids: tuple[int, ...] = tuple(range(1000, 1012))
@@ -100,29 +112,111 @@ class SyntheticTextIds:
             return list(self.system_ids)
         if text == USER_TEXT:
             return list(self.user_ids)
-        raise ModelInputError("SyntheticTextIds encodes only the two release prompt sentences; "
-                              "pass a tokenizer directory for other text")
+        return [3000 + zlib.crc32(word.encode()) % 100_000 for word in text.split()]
 
     def decode(self, ids: Sequence[int]) -> str:
         """Not available: synthetic ids have no text."""
         raise ModelInputError("SyntheticTextIds cannot decode; pass a tokenizer directory")
 
 
+def camera_display_name(index: int) -> str:
+    """Alpamayo 1.5's prompt name of a camera slot (`Camera {i}` outside the seven)."""
+    return CAMERA_DISPLAY_NAMES[index] if 0 <= index < len(CAMERA_DISPLAY_NAMES) \
+        else f"Camera {index}"
+
+
+def _image_block(image_token_counts: Sequence[int], camera_indices: Sequence[int] | None,
+                 ) -> list[int | str]:
+    """Images (vision_start, image_pad x n, vision_end), camera-major.
+
+    With `camera_indices` (Alpamayo 1.5), each camera's first frame is preceded by
+    `"{name}: "` and every frame by `"frame {k} "` (k counted per camera).
+    """
+    parts: list[int | str] = []
+    per_camera = len(image_token_counts) // len(camera_indices) if camera_indices else 0
+    if camera_indices and per_camera * len(camera_indices) != len(image_token_counts):
+        raise ModelInputError(f"{len(image_token_counts)} images for {len(camera_indices)} "
+                              "cameras: every camera needs the same number of frames")
+    for i, n in enumerate(image_token_counts):
+        if camera_indices:
+            cam, frame = divmod(i, per_camera)
+            if frame == 0:
+                parts.append(f"{camera_display_name(camera_indices[cam])}: ")
+            parts.append(f"frame {frame} ")
+        parts += [VISION_START_ID, *([IMAGE_PAD_ID] * n), VISION_END_ID]
+    return parts
+
+
+def _encode_parts(encoder: TextEncoder, parts: Sequence[int | str]) -> list[int]:
+    """Ids of special ids and text, each run of adjacent text encoded as one string.
+
+    The chat template renders the message to one string and the tokenizer splits it at the
+    special tokens, so text between two special tokens is one encoding unit.
+    """
+    ids: list[int] = []
+    run = ""
+    for part in [*parts, None]:
+        if isinstance(part, str):
+            run += part
+            continue
+        if run:
+            ids += encoder.encode(run)
+            run = ""
+        if part is not None:
+            ids.append(part)
+    return ids
+
+
+def _chat(encoder: TextEncoder, user: Sequence[int | str], assistant_prefix: int) -> torch.Tensor:
+    """(1, L) ids of system turn, user turn and the open assistant turn."""
+    parts: list[int | str] = [IM_START_ID, *ROLE_IDS["system"], SYSTEM_TEXT, IM_END_ID,
+                              NEWLINE_ID, IM_START_ID, *ROLE_IDS["user"], *user, IM_END_ID,
+                              NEWLINE_ID, IM_START_ID, *ROLE_IDS["assistant"], assistant_prefix]
+    return torch.tensor([_encode_parts(encoder, parts)], dtype=torch.long)
+
+
 def build_prompt_ids(encoder: TextEncoder, image_token_counts: Sequence[int],
-                     tokens_per_history: int = 48) -> torch.Tensor:
+                     tokens_per_history: int = 48, camera_indices: Sequence[int] | None = None,
+                     nav_text: str | None = None) -> torch.Tensor:
     """(1, L) prompt ids in the release chat structure, history as placeholders (spec 3.4).
 
-    system turn, user turn = images (vision_start, image_pad x n, vision_end) + history block +
-    instruction, then the open assistant turn ending in <|cot_start|>.
+    system turn, user turn = images + history block + [route span] + instruction, then the open
+    assistant turn ending in <|cot_start|>. R1 passes no `camera_indices` (bare images); 1.5
+    passes them (camera and frame text) and may pass `nav_text`, written as
+    `<|route_start|>{nav_text}<|route_end|>` right after the history block.
     """
-    ids: list[int] = [IM_START_ID, *ROLE_IDS["system"], *encoder.encode(SYSTEM_TEXT),
-                      IM_END_ID, NEWLINE_ID, IM_START_ID, *ROLE_IDS["user"]]
-    for n in image_token_counts:
-        ids += [VISION_START_ID, *([IMAGE_PAD_ID] * n), VISION_END_ID]
-    ids += [TRAJ_HISTORY_START_ID, *([TRAJ_HISTORY_ID] * tokens_per_history), TRAJ_HISTORY_END_ID]
-    ids += [*encoder.encode(USER_TEXT), IM_END_ID, NEWLINE_ID, IM_START_ID,
-            *ROLE_IDS["assistant"], COT_START_ID]
-    return torch.tensor([ids], dtype=torch.long)
+    user = _image_block(image_token_counts, camera_indices)
+    user += [TRAJ_HISTORY_START_ID, *([TRAJ_HISTORY_ID] * tokens_per_history),
+             TRAJ_HISTORY_END_ID]
+    if nav_text is not None:
+        user += [ROUTE_START_ID, nav_text, ROUTE_END_ID]
+    return _chat(encoder, [*user, USER_TEXT], COT_START_ID)
+
+
+def build_vqa_prompt_ids(encoder: TextEncoder, image_token_counts: Sequence[int], question: str,
+                         camera_indices: Sequence[int] | None = None) -> torch.Tensor:
+    """(1, L) Alpamayo 1.5's question prompt: images, `<|question_start|>{q}<|question_end|>`.
+
+    No history and no instruction; the assistant turn opens with <|answer_start|>.
+    """
+    user = [*_image_block(image_token_counts, camera_indices), QUESTION_START_ID, question,
+            QUESTION_END_ID]
+    return _chat(encoder, user, ANSWER_START_ID)
+
+
+def remove_route_span(ids: torch.Tensor) -> torch.Tensor:
+    """(1, L) ids without the first <|route_start|> ... first <|route_end|>, both included.
+
+    The unguided prompt of navigation guidance (official `nav_utils.remove_nav_text`).
+    """
+    row = ids[0].tolist()
+    if ROUTE_START_ID not in row or ROUTE_END_ID not in row:
+        raise ModelInputError("navigation guidance needs a prompt with a route span "
+                              "(<|route_start|> ... <|route_end|>): pass nav_text")
+    start, end = row.index(ROUTE_START_ID), row.index(ROUTE_END_ID)
+    if end < start:
+        raise ModelInputError("prompt has <|route_end|> before <|route_start|>")
+    return torch.cat([ids[:, :start], ids[:, end + 1:]], dim=1)
 
 
 def history_bins(hist_xyz: torch.Tensor, cfg: TokenConfig) -> torch.Tensor:

@@ -1,6 +1,7 @@
 """Shared fixtures of the model tests: the official-tiny fixture and a tiny random model."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -18,14 +19,23 @@ from alpamayo_offload.model import (
     tiny_config,
 )
 
-FIXTURE = (Path(__file__).resolve().parents[2] / '..' / 'shared' / 'fixtures'
-           / 'alpamayo-official-tiny')
+
+def shared_fixture(name: str) -> Path:
+    """A fixture folder under shared/fixtures: $ALPAMAYO_SHARED_DIR, shared/ beside the clone
+    (or beside the worktrees' parent), else skip."""
+    here = Path(__file__).resolve().parents[2]
+    roots = [Path(os.environ['ALPAMAYO_SHARED_DIR'])] if os.environ.get('ALPAMAYO_SHARED_DIR') \
+        else []
+    roots += [here.parent / 'shared', here.parent.parent / 'shared']
+    for root in roots:
+        if (root / 'fixtures' / name / 'model.safetensors').is_file():
+            return root / 'fixtures' / name
+    pytest.skip(f'fixture {name} not found under {[str(r) for r in roots]} '
+                '(shared/ beside the clone, or set ALPAMAYO_SHARED_DIR)')
 
 
 def fixture_dir() -> Path:
-    if not (FIXTURE / 'model.safetensors').is_file():
-        pytest.skip(f'official-tiny fixture not found at {FIXTURE} (shared/ beside the clone)')
-    return FIXTURE
+    return shared_fixture('alpamayo-official-tiny')
 
 
 @pytest.fixture(scope='session')
@@ -48,6 +58,28 @@ def goldens(official_dir: Path) -> dict[str, torch.Tensor]:
 def e2e(official_dir: Path) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     return load_file(official_dir / 'e2e_inputs.safetensors'), load_file(
         official_dir / 'e2e_outputs.safetensors')
+
+
+@pytest.fixture(scope='session')
+def official15_dir() -> Path:
+    return shared_fixture('alpamayo1_5-official-tiny')
+
+
+@pytest.fixture(scope='session')
+def official15_model(official15_dir: Path) -> AlpamayoR1:
+    torch.set_num_threads(1)
+    return load_checkpoint(official15_dir, dtype=torch.float32)
+
+
+@pytest.fixture(scope='session')
+def goldens15(official15_dir: Path) -> dict[str, torch.Tensor]:
+    return load_file(official15_dir / 'goldens.safetensors')
+
+
+@pytest.fixture(scope='session')
+def e2e15(official15_dir: Path) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    return load_file(official15_dir / 'e2e_inputs.safetensors'), load_file(
+        official15_dir / 'e2e_outputs.safetensors')
 
 
 @pytest.fixture(scope='session')
