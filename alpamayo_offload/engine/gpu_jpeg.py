@@ -2,7 +2,9 @@
 
 The node hands an instance to input assembly, which knows it only as a `JpegDecoder` (a `name`
 and `decode(bytes) -> (H, W, 3) uint8 RGB` on the host): assembly never imports torch. The
-pixels come back to host memory because the assembled model input is a NumPy array.
+pixels come back to host memory because the assembled model input is a NumPy array. Decoding
+runs on a stream of its own, so it never queues behind (or holds up) the engine's compute and
+copy streams; only that stream is waited for when the pixels are copied back.
 """
 from __future__ import annotations
 
@@ -33,9 +35,11 @@ class TorchvisionJpegDecoder:
         self._decode = decode_jpeg
         self._mode = ImageReadMode.RGB
         self._device = torch.device(device)
+        self._stream = torch.cuda.Stream(self._device)
 
     def decode(self, data: bytes) -> np.ndarray:
         """Full-size (H, W, 3) uint8 RGB, copied back to the host."""
         encoded = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-        image = self._decode(encoded, mode=self._mode, device=self._device)
-        return image.permute(1, 2, 0).contiguous().cpu().numpy()
+        with torch.cuda.stream(self._stream):
+            image = self._decode(encoded, mode=self._mode, device=self._device)
+            return image.permute(1, 2, 0).contiguous().cpu().numpy()
