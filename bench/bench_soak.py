@@ -11,7 +11,8 @@ of one camera.
 
 Every `--sample-s` seconds the node process is sampled: resident memory (VmRSS), open file
 descriptors (/proc/PID/fd), threads (/proc/PID/status), and the paths it published since the
-last sample (paths/s); /diagnostics statuses above OK are counted. Written to `--out`: soak.csv
+last sample (paths/s); /diagnostics statuses above OK are counted per reason (the text before
+the first ':' of the status message). Written to `--out`: soak.csv
 (one row per sample), soak.json (samples, summary, machine, command) and node.log. The summary,
 printed last, gives the growth after warm-up (least-squares slope per 10 minutes of RSS, fds and
 threads over the samples after `--warmup-s`) and paths/s mean and min after warm-up.
@@ -214,14 +215,17 @@ def soak(args: argparse.Namespace, env: dict[str, str]) -> tuple[list[Sample], d
     node = Node('soak_drive')
     drive = DrivePublisher(node)
     counts = {'paths': 0, 'non_ok': 0}
-    messages: dict[str, int] = {}
+    messages: dict[str, int] = {}     # reason (the text before ':') -> statuses
+    examples: dict[str, str] = {}     # reason -> its first message
 
     def on_diag(msg: DiagnosticArray) -> None:
         for s in msg.status:
             level = s.level[0] if isinstance(s.level, bytes) else int(s.level)
             if s.name.startswith(NODE_NAME) and level > 0:
                 counts['non_ok'] += 1
-                messages[s.message[:160]] = messages.get(s.message[:160], 0) + 1
+                reason = s.message.split(':', 1)[0] if ':' in s.message else s.message[:60]
+                messages[reason] = messages.get(reason, 0) + 1
+                examples.setdefault(reason, s.message[:200])
 
     node.create_subscription(PathMsg, f'/{NODE_NAME}/output/path',
                              lambda _m: counts.__setitem__('paths', counts['paths'] + 1), 10)
@@ -283,7 +287,8 @@ def soak(args: argparse.Namespace, env: dict[str, str]) -> tuple[list[Sample], d
         node.destroy_node()
         rclpy.try_shutdown()
     return samples, {'node_alive_at_end': alive, 'node_exit_code': exit_code,
-                     'non_ok_messages': messages, 'bad_inputs_sent': drive.next_bad}
+                     'non_ok_reasons': messages, 'non_ok_examples': examples,
+                     'bad_inputs_sent': drive.next_bad}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -325,8 +330,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f'\nnode alive at end: {seen["node_alive_at_end"]}, exit code {seen["node_exit_code"]}; '
           f'{seen["bad_inputs_sent"]} bad inputs sent; load average {load_start} -> '
           f'{doc["load_avg_end"]}; CSV/JSON in {args.out}')
-    for text, n in sorted(seen['non_ok_messages'].items(), key=lambda kv: -kv[1])[:8]:
-        print(f'  diagnostics above OK x{n}: {text}')
+    for reason, n in sorted(seen['non_ok_reasons'].items(), key=lambda kv: -kv[1]):
+        print(f'  diagnostics above OK x{n}: {seen["non_ok_examples"][reason][:150]}')
     s = summary
     print(f'after {s["warmup_s"]:.0f} s warm-up ({s["samples_after_warmup"]} samples): growth per '
           f'10 min: RSS {s["rss_mib_slope_per_10min"]:+.2f} MiB (range {s["rss_mib_range"]}), '
