@@ -201,10 +201,11 @@ _SPECS = (
     _p('cameras.transports', Kind.STRING_ARRAY, ['raw', 'raw', 'raw', 'raw'],
        "per camera: 'raw' (sensor_msgs/Image) or 'compressed' (JPEG/PNG)",
        choices=('raw', 'compressed'), restart=True),
-    _p('cameras.reliability', _S, 'best_effort', "'best_effort' (sensor-data QoS) or 'reliable' "
-       '(for a reliable publisher such as the CARLA bridge: lost fragments of large raw frames '
-       'are re-sent instead of the frame being dropped)', choices=('best_effort', 'reliable'),
-       restart=True),
+    _p('cameras.reliability', _S, 'reliable', "'reliable' (keep-last 5: lost fragments of large "
+       "raw frames are re-sent instead of the frame being dropped; connects only to reliable "
+       "publishers, the ROS default) or 'best_effort' (sensor-data QoS: for cameras that publish "
+       'best-effort, which a reliable subscription never receives)',
+       choices=('reliable', 'best_effort'), restart=True),
     _p('odometry.topic', _S, '~/input/odometry', 'nav_msgs/Odometry topic', restart=True),
     _p('odometry.rear_axle_offset', Kind.DOUBLE_ARRAY, [0.0, 0.0, 0.0],
        'rear axle position [x, y, z] in the odometry child frame', unit='m', length=3),

@@ -4,13 +4,15 @@ from __future__ import annotations
 import argparse
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from alpamayo_offload.app.schema import NODE_NAME
 
-_LOG = logging.getLogger(__name__)
+if TYPE_CHECKING:   # heavy imports happen only when the command runs
+    from alpamayo_offload.replay.config import ReplayConfig
+    from alpamayo_offload.replay.loop import PreparedBag
 
-DEFAULT_PARAMS = Path('config/alpamayo_offload.yaml')
+_LOG = logging.getLogger(__name__)
 
 
 def register(subparsers: Any) -> None:
@@ -23,7 +25,9 @@ def register(subparsers: Any) -> None:
         '(continue with --resume).')
     p.add_argument('bags', nargs='+', type=Path, metavar='BAG', help='bag directory or file')
     p.add_argument('--params', type=Path, action='append', default=None, metavar='YAML',
-                   help=f'node parameter file(s), merged in order (default: {DEFAULT_PARAMS})')
+                   help='node parameter file(s), merged in order (default: the installed '
+                   'package\'s share/alpamayo_offload/config/alpamayo_offload.yaml, else the '
+                   'source tree\'s config/alpamayo_offload.yaml)')
     p.add_argument('--plan', type=Path, default=None, metavar='YAML',
                    help='residency plan file from `alpamayo-offload plan` (merged last)')
     p.add_argument('--remap', action='append', default=[], metavar='FROM:=TO',
@@ -86,31 +90,42 @@ def topic_overrides(cameras: list[str], odometry: str | None) -> dict[str, Any]:
     return out
 
 
-def run(args: argparse.Namespace) -> int:
-    """Load configuration, scan bags, build the engine, replay, report; returns the exit status."""
-    from alpamayo_offload.replay.errors import ReplayError
+def configure(args: argparse.Namespace) -> tuple[ReplayConfig, list[PreparedBag]]:
+    """Build the run's `ReplayConfig` and scan its bags, from the command line; no model loads.
+
+    Raises `ReplayError` or `ParameterError` with what is wrong.
+    """
+    from alpamayo_offload.app.param_file import default_params_file
     from alpamayo_offload.replay.params import load_replay_config, parse_remaps
-    from alpamayo_offload.replay.session import ResultBagOptions, prepare, replay_session
+    from alpamayo_offload.replay.session import prepare
 
     overrides = {k: v for k, v in (('model', args.model), ('device', args.device)) if v}
-    try:
-        overrides.update(topic_overrides(args.camera, args.odometry))
-    except ReplayError as err:
-        _LOG.error('%s', err)
-        return 2
+    overrides.update(topic_overrides(args.camera, args.odometry))
     # Bit-identical reruns are the default: torch's deterministic algorithms (matters on CUDA).
     engine_overrides: dict[str, Any] = {'deterministic': not args.no_deterministic}
     if args.sample:
         engine_overrides['sample'] = True
     if args.num_samples is not None:
         engine_overrides['num_samples'] = args.num_samples
-    files = list(args.params or [DEFAULT_PARAMS]) + ([args.plan] if args.plan else [])
+    files = [*(args.params or [default_params_file()]), *([args.plan] if args.plan else [])]
+    cfg = load_replay_config(files, remaps=parse_remaps(args.remap), node_name=args.node_name,
+                             rate_hz=args.rate, overrides=overrides,
+                             engine_overrides=engine_overrides)
+    return cfg, prepare(args.bags, cfg)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Load configuration, scan bags, build the engine, replay, report; returns the exit status."""
+    from alpamayo_offload.app.errors import ParameterError
+    from alpamayo_offload.replay.errors import ReplayError
+    from alpamayo_offload.replay.sample_store import SampleStore
+    from alpamayo_offload.replay.session import ResultBagOptions, fingerprint, replay_session
+
     try:
-        cfg = load_replay_config(files, remaps=parse_remaps(args.remap), node_name=args.node_name,
-                                 rate_hz=args.rate, overrides=overrides,
-                                 engine_overrides=engine_overrides)
-        bags = prepare(args.bags, cfg)
-    except ReplayError as err:
+        cfg, bags = configure(args)
+        # Before the engine loads: a resume with another configuration fails in seconds.
+        SampleStore.check(args.out, fingerprint(cfg, bags), resume=args.resume)
+    except (ReplayError, ParameterError) as err:
         _LOG.error('%s', err)
         return 2
     if args.ray is not None:

@@ -26,6 +26,40 @@ def _dumps(obj: Mapping[str, Any]) -> str:
     return json.dumps(obj, separators=(',', ':'))
 
 
+def _header(fingerprint: Mapping[str, Any]) -> dict[str, Any]:
+    """Build the header line's content, through JSON so tuples equal the lists read back."""
+    return json.loads(_dumps({'kind': 'header', 'schema': STORE_SCHEMA,
+                              'fingerprint': dict(fingerprint)}))
+
+
+def _holds_results(path: Path, resume: bool) -> bool:
+    """Whether `path` holds an earlier run's results; refused unless `resume`."""
+    if not (path.exists() and path.stat().st_size > 0):
+        return False
+    if not resume:
+        raise ResultStoreError(f'{path} already holds replay results; pass --resume to continue '
+                               'that run or choose another output directory')
+    return True
+
+
+def _check_header(path: Path, line: str, header: Mapping[str, Any]) -> None:
+    """Refuse a store whose header line is not this run's (schema, configuration, bags)."""
+    try:
+        found = json.loads(line) if line.strip() else {}
+    except json.JSONDecodeError as err:
+        raise ResultStoreError(f'{path}: first line is not a replay header ({err}); '
+                               'choose another output directory') from err
+    if found.get('schema') != STORE_SCHEMA:
+        raise ResultStoreError(f'{path}: schema {found.get("schema")!r}, this replay writes '
+                               f'{STORE_SCHEMA}; choose another output directory')
+    old, new = found.get('fingerprint', {}), header['fingerprint']
+    if old != new:
+        changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+        raise ResultStoreError(
+            f'{path} was written with a different configuration or bags (differs in: '
+            f'{", ".join(changed)}); rerun with the same ones or use another output directory')
+
+
 class SampleStore:
     """Sample records of one replay run, persisted one line per sample."""
 
@@ -41,19 +75,25 @@ class SampleStore:
         """Create the store, or reopen it on `resume` after checking it belongs to this run."""
         out_dir.mkdir(parents=True, exist_ok=True)
         path = out_dir / FILE_NAME
-        # Round-trip through JSON so tuples compare equal to the lists read back on resume.
-        header = json.loads(_dumps({'kind': 'header', 'schema': STORE_SCHEMA,
-                                    'fingerprint': dict(fingerprint)}))
-        if path.exists() and path.stat().st_size > 0:
-            if not resume:
-                raise ResultStoreError(
-                    f'{path} already holds replay results; pass --resume to continue that run '
-                    'or choose another output directory')
+        header = _header(fingerprint)
+        if _holds_results(path, resume):
             records = cls._load(path, header)
             _LOG.info('resuming %s: %d samples already done', path, len(records))
             return cls(path, header, records)
         path.write_text(_dumps(header) + '\n', encoding='utf-8')
         return cls(path, header, [])
+
+    @staticmethod
+    def check(out_dir: Path, fingerprint: Mapping[str, Any], *, resume: bool) -> None:
+        """Raise the `ResultStoreError` that `open` would, reading only the header (no changes).
+
+        Lets a run refuse a directory of another run before it spends time loading a model.
+        """
+        path = out_dir / FILE_NAME
+        if _holds_results(path, resume):
+            with path.open('rb') as f:
+                first = f.readline()
+            _check_header(path, first.decode('utf-8', 'replace'), _header(fingerprint))
 
     @staticmethod
     def _load(path: Path, header: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -66,20 +106,7 @@ class SampleStore:
             with path.open('r+b') as f:
                 f.truncate(len(complete))
         lines = complete.decode('utf-8').splitlines()
-        try:
-            found = json.loads(lines[0]) if lines else {}
-        except json.JSONDecodeError as err:
-            raise ResultStoreError(f'{path}: first line is not a replay header ({err}); '
-                                   'choose another output directory') from err
-        if found.get('schema') != STORE_SCHEMA:
-            raise ResultStoreError(f'{path}: schema {found.get("schema")!r}, this replay writes '
-                                   f'{STORE_SCHEMA}; choose another output directory')
-        old, new = found.get('fingerprint', {}), header['fingerprint']
-        if old != new:
-            changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
-            raise ResultStoreError(
-                f'{path} was written with a different configuration or bags (differs in: '
-                f'{", ".join(changed)}); rerun with the same ones or use another output directory')
+        _check_header(path, lines[0] if lines else '', header)
         return [json.loads(line) for line in lines[1:] if line]
 
     def done(self) -> set[tuple[str, int]]:

@@ -48,10 +48,13 @@ class SessionResult:
 def fingerprint(cfg: ReplayConfig, bags: Sequence[PreparedBag]) -> dict[str, Any]:
     """Describe what must be equal for `--resume` to continue a run: configuration and bags.
 
-    Decode threads are left out: they change how fast frames are decoded, not the pixels.
+    Decode threads are left out: they change how fast frames are decoded, not the pixels. So is
+    the model's frame sizing, which follows from the model named in the configuration: the check
+    runs before the engine loads (a mismatch fails in seconds) and equals the one after.
     """
     config = cfg.to_json()
     del config['decode_threads']
+    del config['assembly']['model_sizing']
     return {'config': config,
             'bags': [{'key': b.key, 'start_ns': b.info.start_ns, 'end_ns': b.info.end_ns,
                       'message_counts': b.info.message_counts} for b in bags]}
