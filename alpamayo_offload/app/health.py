@@ -51,9 +51,22 @@ class StageTimings:
 
     def __init__(self, keys: Iterable[str], size: int) -> None:
         self._windows = {k: RollingWindow(size) for k in keys}
+        self._size = size
+        self._added = 0
+        self._lock = threading.Lock()
+
+    @property
+    def count(self) -> int:
+        """How many inferences the windows hold (at most the window size)."""
+        return min(self._added, self._size)
 
     def add(self, values: Mapping[str, float]) -> None:
         """Record one inference's stage values (keys outside the tracked set are ignored)."""
+        with self._lock:
+            self._added += 1
+            self._add(values)
+
+    def _add(self, values: Mapping[str, float]) -> None:
         for key, window in self._windows.items():
             if key in values:
                 window.add(float(values[key]))
@@ -61,8 +74,9 @@ class StageTimings:
     def summary(self) -> dict[str, float]:
         """Flat `{key.last, key.p50, key.p90}` of every tracked stage."""
         out: dict[str, float] = {}
-        for key, window in self._windows.items():
-            last, p50, p90 = window.summary()
+        with self._lock:
+            summaries = {key: window.summary() for key, window in self._windows.items()}
+        for key, (last, p50, p90) in summaries.items():
             out |= {f'{key}.last': last, f'{key}.p50': p50, f'{key}.p90': p90}
         return out
 

@@ -60,6 +60,9 @@ class PlantedEngine:
                             streaming={'bytes_streamed': 0.0, 'dma_ms': 0.0, 'stall_ms': 0.0},
                             diffusion_steps=10)
 
+    def close(self) -> None:
+        """Nothing to free (the node's cleanup transition calls it)."""
+
 
 def save_drive(drive: DriveConfig, path: Path) -> Path:
     """Write the drive's config where the node subprocess can read it."""
