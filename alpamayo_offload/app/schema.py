@@ -142,9 +142,6 @@ def _p(name: str, kind: Kind, default: Any, description: str, **kw: Any) -> Para
 
 _S, _B, _I, _F = Kind.STRING, Kind.BOOL, Kind.INTEGER, Kind.DOUBLE
 _SPECS = (
-    _p('autostart', _B, True, 'configure and activate at start-up (a failed configure ends the '
-       'process with a non-zero status); false: wait for lifecycle transitions (`ros2 '
-       'lifecycle set`, launch files)', restart=True),
     _p('model', _S, 'tiny', "preset ('tiny', 'full', 'layers=N[,vit=M]') or checkpoint directory",
        restart=True),
     _p('device', _S, 'cpu', "'cpu', 'cuda' or 'cuda:N'", restart=True),
@@ -239,6 +236,9 @@ _SPECS = (
        maximum=1.0),
     _p('diagnostics.timing_window', _I, 50, 'inferences the per-stage p50/p90 cover',
        unit='inferences', minimum=1, restart=True),
+    _p('autostart', _B, True, 'configure and activate at start-up (a failed configure ends the '
+       'process with a non-zero status); false: wait for lifecycle transitions (`ros2 '
+       'lifecycle set`, launch files)', restart=True),
 )
 PARAMETERS: Mapping[str, ParamSpec] = {s.name: s for s in _SPECS}
 RESTART_ONLY = frozenset(s.name for s in _SPECS if s.restart)

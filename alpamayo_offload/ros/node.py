@@ -163,8 +163,8 @@ class AlpamayoOffloadNode(LifecycleNode):
             st.engine_info, st.start_info = loaded.engine.info, dict(loaded.report)
             st.start_warning, st.load_error = loaded.warning, ''
             st.model_state = 'degraded' if loaded.warning else 'ready'
-            st.model_message = (f'{loaded.warning or "ready"} (loaded and warmed up in '
-                                f'{time.perf_counter() - start:.1f} s)')
+            st.model_message = (f'{loaded.warning or "ready"} (loaded in '
+                                f'{time.perf_counter() - start:.1f} s, warm-up included)')
         self._conf = self._create(cfg, loaded.engine)
         self.get_logger().info(self._status.model_message)
         self._set_state('inactive')
