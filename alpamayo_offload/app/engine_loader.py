@@ -2,10 +2,10 @@
 
 Runs in the node's configure transition (never at import) and in replay before the first bag.
 With a "free VRAM minus a margin" budget the configured plan (a planner file written while
-something else held the GPU) may no longer fit when the engine starts. Then, in order: re-plan for the
-budget from the profile the plan file names (`plan.profile`), else stream every layer with the
-embedding in host RAM (the least VRAM the engine can run in), each step reported as a warning;
-only if even that does not fit does loading fail.
+something else held the GPU) may no longer fit when the engine starts. Then, in order: re-plan
+for the budget from the profile the plan file names (`plan.profile`), else stream every layer
+with the embedding in host RAM (the least VRAM the engine can run in), each step reported as a
+warning; only if even that does not fit does loading fail.
 """
 from __future__ import annotations
 
