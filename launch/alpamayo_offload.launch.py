@@ -1,7 +1,10 @@
-"""Start alpamayo_offload_node with the package parameter file (plus an optional planner file).
+"""Start alpamayo_offload_node (managed) with the package parameter file and bring it to active.
 
-ros2 launch alpamayo_offload alpamayo_offload.launch.py \
+ros2 launch alpamayo_offload alpamayo_offload.launch.py model:=/models/alpamayo-r1 \
     extra_params_file:=plan.yaml camera_1_topic:=/sensing/camera/front/image_raw use_sim_time:=true
+
+Launch drives the lifecycle (configure at each process start, then activate); a model that
+cannot load ends the node with status 1 and launch with a non-zero status, unless respawn:=true.
 """
 from __future__ import annotations
 
@@ -9,9 +12,10 @@ from pathlib import Path
 
 from launch.actions import DeclareLaunchArgument, OpaqueFunction
 from launch.substitutions import LaunchConfiguration
-from launch_ros.actions import Node
+from launch_ros.actions import LifecycleNode
 
 from alpamayo_offload.app.schema import NODE_NAME
+from alpamayo_offload.ros.launch_lifecycle import drive_lifecycle
 from launch import LaunchContext, LaunchDescription
 
 # Same file in the source tree and in the install share dir (launch/ and config/ are siblings).
@@ -26,25 +30,34 @@ REMAPS = {
 }
 
 
-def _node(context: LaunchContext) -> list[Node]:
+def _node(context: LaunchContext) -> list:
     def arg(name: str) -> str:
         return LaunchConfiguration(name).perform(context)
 
     files = [arg('params_file')] + ([arg('extra_params_file')] if arg('extra_params_file') else [])
-    return [Node(
+    overrides = {'autostart': False, 'use_sim_time': arg('use_sim_time') == 'true',
+                 **({'model': arg('model')} if arg('model') else {})}
+    respawn = arg('respawn') == 'true'
+    node = LifecycleNode(
         package='alpamayo_offload', executable='alpamayo_offload_node',
         name=NODE_NAME, namespace=arg('namespace'), output='screen',
-        parameters=[*files, {'use_sim_time': arg('use_sim_time').lower() == 'true'}],
-        remappings=[(src, arg(name)) for name, (src, _) in REMAPS.items()])]
+        parameters=[*files, overrides], respawn=respawn, respawn_delay=2.0,
+        remappings=[(src, arg(name)) for name, (src, _) in REMAPS.items()])
+    return [*drive_lifecycle(node, respawn), node]
 
 
 def generate_launch_description() -> LaunchDescription:
-    """Arguments: parameter files, namespace, use_sim_time and one remap per topic."""
+    """Arguments: parameter files, model, respawn, namespace, use_sim_time, one remap per topic."""
     return LaunchDescription([
         DeclareLaunchArgument('params_file', default_value=DEFAULT_PARAMS,
                               description='node parameter file (config/alpamayo_offload.yaml)'),
         DeclareLaunchArgument('extra_params_file', default_value='',
                               description='second parameter file, e.g. the planner output'),
+        DeclareLaunchArgument('model', default_value='',
+                              description='preset or checkpoint directory (empty: params_file)'),
+        DeclareLaunchArgument('respawn', default_value='false', choices=['true', 'false'],
+                              description='restart the node when it exits (false: a failed '
+                              'model load ends launch with a non-zero status)'),
         DeclareLaunchArgument('namespace', default_value='', description='node namespace'),
         DeclareLaunchArgument('use_sim_time', default_value='false', choices=['true', 'false'],
                               description='use /clock (bag replay with --clock, CARLA)'),

@@ -7,6 +7,7 @@ Inputs: /carla/<role_name>/<camera_N_id>/image (raw bgra8) for Alpamayo cameras 
 /carla/<role_name>/odometry. Outputs: the ego-frame path on ~/output/path (frame
 <role_name>/rear_axle, published as static TF from the actor origin) and the map-frame path on
 /carla/<role_name>/waypoints for the bridge's AD agent. docs/carla.md has the whole setup.
+Launch drives the node's lifecycle as alpamayo_offload.launch.py does (respawn:=true restarts it).
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from launch.actions import DeclareLaunchArgument, OpaqueFunction
 from launch.substitutions import LaunchConfiguration
-from launch_ros.actions import Node
+from launch_ros.actions import LifecycleNode, Node
 
 from alpamayo_offload.app.carla import (
     DEFAULT_CAMERA_IDS,
@@ -27,12 +28,13 @@ from alpamayo_offload.app.carla import (
 )
 from alpamayo_offload.app.schema import NODE_NAME
 from alpamayo_offload.ros.launch_checks import require_packages
+from alpamayo_offload.ros.launch_lifecycle import drive_lifecycle
 from launch import LaunchContext, LaunchDescription
 
 CONFIG = Path(__file__).resolve().parent.parent / 'config'
 
 
-def _actions(context: LaunchContext) -> list[Node]:
+def _actions(context: LaunchContext) -> list:
     def arg(name: str) -> str:
         return LaunchConfiguration(name).perform(context)
 
@@ -50,11 +52,13 @@ def _actions(context: LaunchContext) -> list[Node]:
         files.append(arg('plan_file'))
     overrides = node_overrides(role, arg('vram_budget'), arg('rear_axle_offset'), arg('device'),
                                arg('model'))
-    actions = [Node(
+    respawn = arg('respawn') == 'true'
+    node = LifecycleNode(
         package='alpamayo_offload', executable='alpamayo_offload_node',
         name=NODE_NAME, namespace=arg('namespace'), output='screen',
-        parameters=[*files, overrides],
-        remappings=list(bridge_remaps(role, cameras).items()))]
+        parameters=[*files, {**overrides, 'autostart': False}], respawn=respawn,
+        respawn_delay=2.0, remappings=list(bridge_remaps(role, cameras).items()))
+    actions = [*drive_lifecycle(node, respawn), node]
     if tf:
         x, y, z = parse_offset(arg('rear_axle_offset'))
         actions.append(Node(
@@ -90,6 +94,9 @@ def generate_launch_description() -> LaunchDescription:
         DeclareLaunchArgument('publish_rear_axle_tf', default_value='true',
                               choices=['true', 'false'],
                               description='static TF <role> -> <role>/rear_axle'),
+        DeclareLaunchArgument('respawn', default_value='false', choices=['true', 'false'],
+                              description='restart the node when it exits (false: a failed '
+                              'model load ends launch with a non-zero status)'),
         DeclareLaunchArgument('namespace', default_value='', description='node namespace'),
         OpaqueFunction(function=_actions),
     ])

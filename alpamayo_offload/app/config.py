@@ -59,6 +59,9 @@ class NodeConfig:
     camera_depth: int
     odometry_depth: int
     diagnostics_period_s: float
+    rate_tolerance: float           # path rate may fall this fraction below 1 / period_s
+    timing_window: int              # inferences in the per-stage p50/p90
+    autostart: bool                 # configure + activate at start-up
     plan_info: Mapping[str, Any]    # the planner file's informational plan.* keys
 
 
@@ -116,6 +119,8 @@ def _build(v: dict[str, Any]) -> NodeConfig:
         torch_threads=v['inference.threads'],
         camera_depth=v['buffers.camera_depth'], odometry_depth=v['buffers.odometry_depth'],
         diagnostics_period_s=v['diagnostics.period_s'],
+        rate_tolerance=v['diagnostics.rate_tolerance'],
+        timing_window=v['diagnostics.timing_window'], autostart=v['autostart'],
         plan_info={k: val for k, val in v.items() if k.startswith(schema.PLAN_PREFIX)})
 
 

@@ -1,16 +1,17 @@
 """Build the engine the node and replay run: VRAM budget resolved once, the plan checked.
 
-Runs in the node's load thread (never at import) and in replay before the first bag. With a
-"free VRAM minus a margin" budget the configured plan (a planner file written while something
-else held the GPU) may no longer fit when the engine starts. Then, in order: re-plan for the
-budget from the profile the plan file names (`plan.profile`), else stream every layer with the
-embedding in host RAM (the least VRAM the engine can run in), each step reported as a warning;
-only if even that does not fit does loading fail.
+Runs in the node's configure transition (never at import) and in replay before the first bag.
+With a "free VRAM minus a margin" budget the configured plan (a planner file written while
+something else held the GPU) may no longer fit when the engine starts. Then, in order: re-plan
+for the budget from the profile the plan file names (`plan.profile`), else stream every layer
+with the embedding in host RAM (the least VRAM the engine can run in), each step reported as a
+warning; only if even that does not fit does loading fail.
 """
 from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from ..engine import Engine, EngineConfig
 
 LOG = logging.getLogger(__name__)
+_WARM_UP_HW = (540, 960)   # example frames, resized to the model's own size before inference
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,17 @@ def load_engine(config: EngineConfig, vram_budget: str,
                    'the simulator running')
         LOG.warning('%s', warning)
     return LoadedEngine(engine, report, warning, engine.image_sizing)
+
+
+def warm_up(engine: Engine) -> float:
+    """Run one inference on the engine's example input; return its seconds.
+
+    The first inference pays one-off costs (CUDA graph capture of the resident layers, kernel
+    selection, the first copies); paying them at start-up keeps them out of the first path.
+    """
+    start = time.perf_counter()
+    engine.infer(engine.example_input(_WARM_UP_HW[0], _WARM_UP_HW[1], presized=True))
+    return time.perf_counter() - start
 
 
 def _first_that_fits(config: EngineConfig, configured: _Plan,

@@ -178,8 +178,7 @@ _SPECS = (
        minimum=0, restart=True),
     _p('images.decode_ahead', _B, True, 'decode + resize each frame in the background as it '
        "arrives, so an inference finds its frames ready (frames not ready are decoded when "
-       "selected; at the model's own size, frames that arrive while it loads are); false: "
-       'decode the 16 selected frames when an inference starts', restart=True),
+       "selected); false: decode the 16 selected frames when an inference starts", restart=True),
     _p('images.decode_ahead_min_interval_s', _F, 0.08, 'decode ahead a frame only if no frame '
        'of its camera within this interval already is (the model takes frames 0.1 s apart); 0: '
        'every frame, which cameras above ~12 Hz need for their frames to be ready',
@@ -233,6 +232,14 @@ _SPECS = (
        unit='messages', minimum=2, restart=True),
     _p('diagnostics.period_s', _F, 1.0, 'period of the /diagnostics heartbeat', unit='s',
        minimum=0.0, min_exclusive=True, restart=True),
+    _p('diagnostics.rate_tolerance', _F, 0.2, 'published paths per second may fall this '
+       'fraction below 1 / inference.period_s before the path rate status warns', minimum=0.0,
+       maximum=1.0),
+    _p('diagnostics.timing_window', _I, 50, 'inferences the per-stage p50/p90 cover',
+       unit='inferences', minimum=1, restart=True),
+    _p('autostart', _B, True, 'configure and activate at start-up (a failed configure ends the '
+       'process with a non-zero status); false: wait for lifecycle transitions (`ros2 '
+       'lifecycle set`, launch files)', restart=True),
 )
 PARAMETERS: Mapping[str, ParamSpec] = {s.name: s for s in _SPECS}
 RESTART_ONLY = frozenset(s.name for s in _SPECS if s.restart)
@@ -349,3 +356,33 @@ def validate(values: Mapping[str, Any]) -> dict[str, Any]:
 def resolve(values: Mapping[str, Any]) -> dict[str, Any]:
     """Every parameter: the defaults overridden by `values`, validated (`validate`)."""
     return defaults() | validate(values)
+
+
+def markdown_table() -> str:
+    """Return the parameter table of docs/ros.md (name, type, default, unit, allowed, ...)."""
+    rows = ['| name | type | default | unit | allowed | restart | description |',
+            '|---|---|---|---|---|---|---|']
+    for s in _SPECS:
+        default = s.default if not isinstance(s.default, bool) else str(s.default).lower()
+        cells = (f'`{s.name}`', s.kind.value, f'`{_yaml(default)}`', s.unit,
+                 s.constraints(), 'yes' if s.restart else '', s.description)
+        rows.append('| ' + ' | '.join(str(c).replace('|', '\\|') for c in cells) + ' |')
+    return '\n'.join(rows) + '\n'
+
+
+def _yaml(value: Any) -> str:
+    if isinstance(value, str):
+        return f'"{value}"' if value == '' or value != value.strip() else value
+    if isinstance(value, list):
+        return '[' + ', '.join(_yaml(v) for v in value) + ']'
+    return str(value)
+
+
+if __name__ == '__main__':
+    import argparse
+
+    parser = argparse.ArgumentParser(description='Print the node parameter table (Markdown).')
+    parser.add_argument('--markdown', action='store_true', required=True,
+                        help='the table docs/ros.md carries')
+    parser.parse_args()
+    print(markdown_table(), end='')

@@ -1,6 +1,15 @@
-"""`/diagnostics` content: per-stage timing, streaming, memory, model state and skip reasons."""
+"""`/diagnostics` content, `diagnostic_updater` style: one status per task, each with hardware_id.
+
+Statuses (named `<node>: <task>`): `model` (lifecycle state, load result, plan in force, memory),
+`inference` (can a path be produced now, and the last inference's stages), `input` (the last
+input evaluation's reason), `path rate` (published paths per second against 1 /
+inference.period_s), `input age` (per stream: time since the newest header stamp), `input rates`
+(per stream receive rate, so DDS losses show), `timing` (per stage: last, p50, p90 over a
+window). The figures themselves are kept ROS-free in `app/health.py`.
+"""
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -8,11 +17,14 @@ from typing import TYPE_CHECKING, Any
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from std_msgs.msg import Header
 
+from ..app.health import ERROR, OK, WARN, Rate, judge_ages, judge_rate, judge_stream_rates
 from ..assembly import errors as input_errors
 from .conversions import ns_to_time
 
 if TYPE_CHECKING:
     from ..engine import EngineInfo
+
+__all__ = ['ERROR', 'OK', 'WARN', 'NodeStatus', 'Snapshot', 'build', 'input_level']
 
 # Stage keys always present in the inference status (nan until the first inference).
 STAGE_KEYS = (
@@ -21,6 +33,12 @@ STAGE_KEYS = (
     't_engine_total_ms', 't_path_build_ms', 't_total_ms', 't_node_overhead_ms',
     'input_age_ms', 'dma_ms', 'stall_ms', 'bytes_streamed',
 )
+# Stages the timing status summarises (last, p50, p90).
+TIMED_KEYS = (
+    't_image_decode_ms', 't_preprocess_ms', 't_vision_ms', 't_prefill_ms', 't_decode_ms',
+    't_diffusion_ms', 't_postprocess_ms', 't_engine_total_ms', 't_node_overhead_ms',
+    't_total_ms', 'input_age_ms',
+)
 # Reasons that mean broken data rather than timing; reported as ERROR, the rest as WARN.
 _ERROR_REASONS = frozenset({
     input_errors.IMAGE_ENCODING, input_errors.IMAGE_STEP_INVALID, input_errors.IMAGE_TRUNCATED,
@@ -28,20 +46,19 @@ _ERROR_REASONS = frozenset({
     input_errors.ODOMETRY_NONFINITE, input_errors.CAMERA_STOPPED, input_errors.CAMERA_MISSING,
 })
 SKIP_IN_FLIGHT = 'inference_in_flight'
-SKIP_LOADING = 'model_loading'
-SKIP_MODEL_ERROR = 'model_error'
 SKIP_NO_NEW_INPUT = 'no_new_input'  # t0 not newer than the last inference's
 DECODE_SLOW = 'image_decode_slow'   # a warning, not a skip: the inference still runs
-OK, WARN, ERROR = 0, 1, 2  # DiagnosticStatus levels as ints (the message field is a byte)
 
 
 @dataclass
 class NodeStatus:
     """Mutable status the node updates from its threads and publishes (only under its lock)."""
 
-    model_state: str = 'loading'          # loading, ready, degraded, error
-    model_message: str = ''
-    engine_info: EngineInfo | None = None   # once the model has loaded
+    lifecycle_state: str = 'unconfigured'
+    model_state: str = 'unloaded'         # unloaded, loading, ready, degraded, error
+    model_message: str = 'not configured'
+    load_error: str = ''                  # why the last configure failed
+    engine_info: EngineInfo | None = None   # while the model is loaded
     start_info: dict[str, Any] = field(default_factory=dict)   # what start-up resolved
     start_warning: str = ''          # why the configured plan was changed at start-up
     stages: dict[str, float] = field(
@@ -53,13 +70,12 @@ class NodeStatus:
     input_errors: int = 0
     engine_errors: int = 0
     last_skip_reason: str = ''
-    input_level: int = 0
+    input_level: int = OK
     input_message: str = 'no tick yet'
     input_reason: str = ''                # reason code of the reported evaluation; '' = valid
     input_serial: int = 0                 # which evaluation the input status reports
-    inference_level: int = 0
+    inference_level: int = WARN           # outcome of the last evaluation while active
     inference_message: str = 'no inference yet'
-
 
     def report_input(self, serial: int, level: int, message: str, reason: str) -> None:
         """Record the outcome of input evaluation `serial` unless a newer one is reported.
@@ -72,13 +88,34 @@ class NodeStatus:
         self.input_serial = serial
         self.input_level, self.input_message, self.input_reason = level, message, reason
 
+    def no_path(self, level: int, reason: str) -> None:
+        """Record that the last evaluation produced no path, and why."""
+        self.inference_level, self.inference_message = level, f'no path: {reason}'
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What the diagnostics timer measured this period, besides the status."""
+
+    hardware_id: str
+    expected_path_hz: float
+    rate_tolerance: float
+    path_rate: Rate
+    max_input_age_s: float
+    input_ages_s: Mapping[str, float]
+    input_rates: Mapping[str, Rate]
+    timing: Mapping[str, float]       # `<stage>.last/.p50/.p90`
+    timed_inferences: int             # inferences the timing covers
+    gpu_memory: Mapping[str, int]
+    plan_info: Mapping[str, Any]
+
 
 def input_level(reason: str) -> int:
     """Diagnostic level for an input error reason."""
     return ERROR if reason in _ERROR_REASONS else WARN
 
 
-def _kv(values: dict[str, Any]) -> list[KeyValue]:
+def _kv(values: Mapping[str, Any]) -> list[KeyValue]:
     return [KeyValue(key=k, value=_fmt(v)) for k, v in values.items()]
 
 
@@ -90,42 +127,84 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-def _status(level: int, name: str, message: str, values: dict[str, Any]) -> DiagnosticStatus:
-    return DiagnosticStatus(level=level.to_bytes(1, 'little'), name=name, message=message,
-                            hardware_id='alpamayo_offload', values=_kv(values))
-
-
 def _engine_values(info: EngineInfo | None) -> dict[str, Any]:
-    """Return the engine's part of the model status (empty fields until it has loaded)."""
+    """Return the engine's part of the model status (empty fields while no model is loaded)."""
     if info is None:
-        return {'model': '', 'device': '', 'vram_used_bytes': 0, 'vram_budget_bytes': 0,
-                'vram_required_bytes': 0, 'embed_on_host': '', 'kernel_settings': ''}
+        return {'model': '', 'device': '', 'gpu': '', 'vram_used_bytes': 0,
+                'vram_budget_bytes': 0, 'vram_required_bytes': 0, 'pinned_bytes': 0,
+                'embed_on_host': '', 'kernel_settings': ''}
     return {
-        'model': info.model, 'device': info.device, 'vram_used_bytes': info.vram_used_bytes,
-        'vram_budget_bytes': info.budget_bytes or 0,
-        'vram_required_bytes': info.required_bytes,
+        'model': info.model, 'device': info.device, 'gpu': info.gpu,
+        'vram_used_bytes': info.vram_used_bytes, 'vram_budget_bytes': info.budget_bytes or 0,
+        'vram_required_bytes': info.required_bytes, 'pinned_bytes': info.pinned_bytes,
         'embed_on_host': info.embed_on_host,
         'kernel_settings': info.kernel_settings,   # what a plan's profile must match
         **{f'resident_layers.{k}': list(v) or 'none' for k, v in info.resident_layers.items()},
     }
 
 
-def build(node_name: str, stamp_ns: int, st: NodeStatus,
-          plan_info: Mapping[str, Any]) -> DiagnosticArray:
-    """Three statuses: `<node>: inference`, `<node>: input`, `<node>: model`."""
-    model_level = {'ready': OK, 'loading': OK, 'degraded': WARN}.get(st.model_state, ERROR)
-    model_values: dict[str, Any] = {
-        'model_state': st.model_state, **_engine_values(st.engine_info), **st.start_info,
-        **plan_info,
-    }
+def _model(st: NodeStatus, snap: Snapshot) -> tuple[int, str, dict[str, Any]]:
+    level = {'ready': OK, 'loading': OK, 'unloaded': OK, 'degraded': WARN}.get(st.model_state,
+                                                                              ERROR)
+    values = {'lifecycle_state': st.lifecycle_state, 'model_state': st.model_state,
+              'load_error': st.load_error, **_engine_values(st.engine_info),
+              **snap.gpu_memory, **st.start_info, **snap.plan_info}
+    return level, st.model_message or st.model_state, values
+
+
+def _inference(st: NodeStatus) -> tuple[int, str]:
+    """Never OK unless active and the last evaluation published a path."""
+    if st.model_state == 'error':
+        return ERROR, f'no path: model failed to load: {st.load_error}'
+    if st.lifecycle_state != 'active':
+        return WARN, f'no path: node {st.lifecycle_state}, not active'
+    return st.inference_level, st.inference_message
+
+
+def _rate_values(rate: Rate) -> dict[str, Any]:
+    return {'frequency_hz': rate.hz, 'events_in_window': rate.events_in_window,
+            'window_s': rate.window_s, 'events_total': rate.total}
+
+
+def _path_rate(st: NodeStatus, snap: Snapshot) -> tuple[int, str, dict[str, Any]]:
+    values = {**_rate_values(snap.path_rate), 'expected_hz': snap.expected_path_hz,
+              'tolerance': snap.rate_tolerance}
+    if st.lifecycle_state != 'active':
+        return WARN, f'node {st.lifecycle_state}: no paths expected', values
+    level, message = judge_rate(snap.path_rate, snap.expected_path_hz, snap.rate_tolerance)
+    return level, message, values
+
+
+def _streams(snap: Snapshot) -> tuple[tuple[int, str, dict[str, Any]],
+                                      tuple[int, str, dict[str, Any]]]:
+    ages = {f'{n}.age_s': 'never' if math.isnan(a) else a for n, a in snap.input_ages_s.items()}
+    rates: dict[str, Any] = {}
+    for n, r in snap.input_rates.items():
+        rates |= {f'{n}.rate_hz': r.hz, f'{n}.received': r.total}
+    return ((*judge_ages(snap.input_ages_s, snap.max_input_age_s),
+             {**ages, 'max_input_age_s': snap.max_input_age_s}),
+            (*judge_stream_rates(snap.input_rates), rates))
+
+
+def build(node_name: str, stamp_ns: int, st: NodeStatus, snap: Snapshot) -> DiagnosticArray:
+    """Build the node's statuses for one diagnostics period (see the module docstring)."""
     counters = {'ticks': st.ticks, 'ticks_dropped': st.ticks_dropped, 'inferences': st.inferences,
                 'input_errors': st.input_errors, 'engine_errors': st.engine_errors,
-                'last_skip_reason': st.last_skip_reason, 'last_t0_ns': st.last_t0_ns}
+                'last_skip_reason': st.last_skip_reason, 'last_t0_ns': st.last_t0_ns,
+                'lifecycle_state': st.lifecycle_state, 'model_state': st.model_state}
+    age, rates = _streams(snap)
+    tasks: list[tuple[str, tuple[int, str, Mapping[str, Any]]]] = [
+        ('model', _model(st, snap)),
+        ('inference', (*_inference(st), {**st.stages, **counters})),
+        ('input', (st.input_level, st.input_message, {'reason': st.input_reason})),
+        ('path rate', _path_rate(st, snap)),
+        ('input age', age),
+        ('input rates', rates),
+        ('timing', (OK, f'last, p50, p90 over the last {snap.timed_inferences} inferences',
+                    snap.timing)),
+    ]
     return DiagnosticArray(header=Header(stamp=ns_to_time(stamp_ns)), status=[
-        _status(st.inference_level, f'{node_name}: inference', st.inference_message,
-                {**st.stages, **counters, 'model_state': st.model_state}),
-        _status(st.input_level, f'{node_name}: input', st.input_message,
-                {'reason': st.input_reason}),
-        _status(model_level, f'{node_name}: model',
-                st.model_message or st.model_state, model_values),
-    ])
+        DiagnosticStatus(level=level.to_bytes(1, 'little'), name=f'{node_name}: {task}',
+                         message=message, hardware_id=snap.hardware_id, values=_kv(values))
+        for task, (level, message, values) in tasks])
+

@@ -1,12 +1,27 @@
-"""`alpamayo_offload_node`: cameras + odometry in, 64-waypoint Path, reasoning and diagnostics out.
+"""`alpamayo_offload_node`: a managed (lifecycle) node; cameras + odometry in, 64-waypoint Path out.
 
-A thin adapter: callbacks only stash encoded messages in bounded buffers (with
-`images.decode_ahead`, a small pool decodes and resizes each frame an inference may use in the
-background as it arrives: to the loaded model's own input size, which the engine tells once it
-has loaded, unless `images.height/width` set one); a timer with an in-flight guard selects
-time-correct inputs (latest only, never a queue) and hands them to one worker thread, which takes
-the frames decoded ahead, decodes the rest, runs the engine and publishes. The model loads in a
-thread at start; until it is ready every tick is reported as skipped with `model_loading`.
+Lifecycle (docs/ros.md has the commands):
+
+- configure: load and pin the weights, resolve the VRAM budget, attach the plan with its
+  fallbacks (`app.engine_loader`), warm up (one inference, CUDA graph capture included), create
+  the publishers and buffers. A load failure returns ERROR: the reason is logged and published on
+  /diagnostics, the node goes through errorprocessing to finalized and the process exits with
+  status 1 (the model and device are read-only parameters, so only a restart can change the
+  outcome; a supervisor or launch's respawn restarts it).
+- activate: subscriptions and the inference timer start. deactivate: they stop (an inference in
+  flight finishes first) and the model stays loaded. cleanup: the engine is closed (GPU and pinned
+  memory freed). shutdown (from any state): the same, then the process exits with status 0.
+- `autostart` (default true) drives configure + activate at start-up, so `ros2 run` brings the
+  node up in one command; a failed configure or activate then exits with status 1. Launch files
+  set it false and drive the transitions themselves.
+
+Threading: callbacks only stash encoded messages in bounded buffers (with
+`images.decode_ahead`, a small pool decodes and resizes each frame an inference may use as it
+arrives); a timer with an in-flight guard selects time-correct inputs (latest only, never a
+queue) and hands them to one worker thread, which decodes the rest, runs the engine and
+publishes. Transitions, subscriptions and the timer share one callback group; the diagnostics
+heartbeat has its own (two executor threads), so /diagnostics keeps reporting while configure
+loads the model.
 """
 from __future__ import annotations
 
@@ -16,28 +31,31 @@ if __name__ == '__main__':  # `python -m`: quiet Ctrl-C/SIGTERM also during the 
     exit_quietly_on_stop()
 
 import dataclasses
+import gc
 import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray
 from nav_msgs.msg import Odometry, Path
 from rcl_interfaces.msg import SetParametersResult
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.clock import Clock, ClockType
-from rclpy.executors import ExternalShutdownException
-from rclpy.node import Node
+from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.parameter import Parameter
 from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from sensor_msgs.msg import CompressedImage, Image
-from std_msgs.msg import String
+from std_msgs.msg import Float64, String
 
 from ..app.config import NodeConfig, config_from_values, jpeg_decoder
-from ..app.engine_loader import LoadedEngine, load_engine
+from ..app.engine_loader import LoadedEngine, load_engine, warm_up
 from ..app.errors import ParameterError
+from ..app.health import EventRate, StageTimings, StreamMonitor
 from ..app.schema import NODE_NAME
 from ..assembly import (
     DecodeAheadBuffer,
@@ -59,110 +77,243 @@ from .conversions import path_msg, to_odom_frame
 
 EngineLoader = Callable[[NodeConfig], LoadedEngine]
 _STAGES = ('preprocess', 'vision', 'prefill', 'decode', 'diffusion', 'postprocess')
+EXIT_FAILED = 1           # a transition failed: the model did not load, or activation failed
+_LINGER_S = 1.0           # after a failure: time for the last /diagnostics to reach subscribers
 
 
 def load_node_engine(cfg: NodeConfig) -> LoadedEngine:
-    """Load the engine as configured: budget resolved once, plan fallbacks, torch threads."""
-    return load_engine(cfg.engine, cfg.vram_budget, cfg.plan_info, torch_threads=cfg.torch_threads)
+    """Load the engine as configured (budget, plan fallbacks, torch threads) and warm it up."""
+    loaded = load_engine(cfg.engine, cfg.vram_budget, cfg.plan_info,
+                         torch_threads=cfg.torch_threads)
+    seconds = warm_up(loaded.engine)
+    return dataclasses.replace(loaded, report={**loaded.report, 'warm_up_s': round(seconds, 3)})
 
 
-class AlpamayoOffloadNode(Node):
-    """The ROS 2 face of the engine; see the module docstring for the threading model."""
+@dataclasses.dataclass
+class _Configured:
+    """What configure creates and cleanup frees."""
+
+    cfg: NodeConfig
+    engine: Any
+    worker: ThreadPoolExecutor
+    decode_pool: ThreadPoolExecutor
+    ahead_pool: ThreadPoolExecutor | None
+    cameras: dict[int, DecodeAheadBuffer]
+    odometry: StampedBuffer
+    publishers: dict[str, Any]
+
+    def release(self) -> None:
+        """Stop the threads (an inference in flight finishes first), close the engine."""
+        self.worker.shutdown(wait=True, cancel_futures=True)
+        self.decode_pool.shutdown(wait=True)
+        if self.ahead_pool is not None:
+            self.ahead_pool.shutdown(wait=True, cancel_futures=True)
+        self.engine.close()
+
+
+class AlpamayoOffloadNode(LifecycleNode):
+    """The ROS 2 face of the engine; see the module docstring for states and threading."""
 
     def __init__(self, engine_loader: EngineLoader = load_node_engine) -> None:
         super().__init__(NODE_NAME)
         self._engine_loader = engine_loader
         self._values = params.declare(self)
-        self._cfg = config_from_values(self._values)
+        self._cfg = config_from_values(self._values)   # joint rules: refuse a bad file at once
         self.add_on_set_parameters_callback(self._on_set_parameters)
         self._lock = threading.Lock()
         self._status = diag.NodeStatus()
-        self._engine: Any = None
         self._sizing: FrameSizing | None = None   # the model's, once loaded
         self._jpeg_decoder = jpeg_decoder(self._cfg)
-        self._cfg = self._sized(self._cfg)
+        self._conf: _Configured | None = None
+        self._running: list[Any] = []             # subscriptions and timer while active
+        self._timer: Any = None
         self._inflight: Future[None] | None = None
         self._serial = 0   # numbers input evaluations, so a late worker never hides a newer one
-        self._worker = ThreadPoolExecutor(1, thread_name_prefix='inference')
-        self._decode_pool = ThreadPoolExecutor(self._cfg.decode_threads,
-                                               thread_name_prefix='decode')
-        # Background decoding: at most one thread per camera (~40 frames/s need a fraction of one).
-        self._ahead_pool = ThreadPoolExecutor(
-            min(self._cfg.decode_threads, len(self._cfg.cameras)),
-            thread_name_prefix='decode-ahead') if self._cfg.decode_ahead else None
-        self._cameras = {c.slot: DecodeAheadBuffer(self._cfg.camera_depth, self._ahead_pool,
-                                                   self._cfg.decode_ahead_min_interval_s)
-                         for c in self._cfg.cameras}
-        self._odometry = StampedBuffer(self._cfg.odometry_depth)
         self._camera_hw: dict[int, tuple[int, int]] = {}   # source size per slot (worker only)
-        camera_qos = QoSProfile(depth=5, reliability=ReliabilityPolicy.RELIABLE) \
-            if self._cfg.camera_reliable else qos_profile_sensor_data
-        for cam in self._cfg.cameras:
-            self.create_subscription(CompressedImage if cam.compressed else Image, cam.topic,
-                                     lambda m, s=cam.slot: self._cameras[s].push(
-                                         image_from_msg(m), self._cfg.assembly),
-                                     camera_qos)
-        self.create_subscription(
-            Odometry, self._cfg.odometry_topic,
-            lambda m: self._odometry.push(odometry_from_msg(m)),
-            QoSProfile(depth=50, reliability=ReliabilityPolicy.BEST_EFFORT))
-        self._path_pub = self.create_publisher(Path, '~/output/path', 1)
-        self._odom_path_pub = self.create_publisher(Path, '~/output/path_odom', 1)
-        self._reasoning_pub = self.create_publisher(String, '~/output/reasoning', 1)
+        self.exit_code: int | None = None         # set on reaching finalized: the process ends
+        self._streams = StreamMonitor([f'camera_{c.slot}' for c in self._cfg.cameras]
+                                      + ['odometry'])
+        self._path_rate = EventRate()
+        self._timings = StageTimings(diag.TIMED_KEYS, self._cfg.timing_window)
         self._diag_pub = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
-        self._timer = self.create_timer(self._cfg.period_s, self._on_tick)
-        # The heartbeat runs on steady time: with use_sim_time, ROS time stands still until the
-        # simulator publishes /clock, and a node loading or waiting must still be visible.
-        self.create_timer(self._cfg.diagnostics_period_s, self._publish_diagnostics,
+        # Steady time: with use_sim_time, ROS time stands still until the simulator publishes
+        # /clock, and a node loading or waiting must still be visible.
+        self.create_timer(self._cfg.diagnostics_period_s, self.publish_diagnostics,
+                          callback_group=MutuallyExclusiveCallbackGroup(),
                           clock=Clock(clock_type=ClockType.STEADY_TIME))
-        threading.Thread(target=self._load, name='model-load', daemon=True).start()
 
-    # --- model loading ------------------------------------------------------------------------
-    def _load(self) -> None:
-        """Load once, off the executor, so subscriptions and diagnostics keep running meanwhile."""
+    # --- lifecycle transitions ----------------------------------------------------------------
+    def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Load, plan and warm up the model; create publishers and buffers."""
+        self._set_state('configuring', 'loading', 'loading the model')
         start = time.perf_counter()
         try:
-            loaded = self._engine_loader(self._cfg)
+            loaded = self._engine_loader(self._sized(self._cfg))
         except Exception as err:  # noqa: BLE001 - any load failure is reported, never raised
-            self.get_logger().error(f'model load failed: {err}')
+            self.get_logger().error(f'configure failed: model load: {err}')
             with self._lock:
-                self._status.model_state, self._status.model_message = 'error', str(err)
-            self._publish_diagnostics()
-            return
+                self._status.model_state, self._status.load_error = 'error', str(err)
+                self._status.model_message = f'model load failed: {err}'
+            self.publish_diagnostics()
+            return TransitionCallbackReturn.ERROR
         with self._lock:
-            self._engine = loaded.engine
             self._sizing = loaded.image_sizing
-            self._cfg = self._sized(self._cfg)
-            self._status.engine_info = loaded.engine.info
-            self._status.start_info = dict(loaded.report)
-            self._status.start_warning = loaded.warning
-            self._status.model_state = 'degraded' if loaded.warning else 'ready'
-            self._status.model_message = (
-                f'{loaded.warning or "ready"} (loaded in {time.perf_counter() - start:.1f} s)')
+            self._cfg = cfg = self._sized(self._cfg)
+            st = self._status
+            st.engine_info, st.start_info = loaded.engine.info, dict(loaded.report)
+            st.start_warning, st.load_error = loaded.warning, ''
+            st.model_state = 'degraded' if loaded.warning else 'ready'
+            st.model_message = (f'{loaded.warning or "ready"} (loaded in '
+                                f'{time.perf_counter() - start:.1f} s, warm-up included)')
+        self._conf = self._create(cfg, loaded.engine)
         self.get_logger().info(self._status.model_message)
-        self._publish_diagnostics()
+        self._set_state('inactive')
+        return super().on_configure(state)
+
+    def _create(self, cfg: NodeConfig, engine: Any) -> _Configured:
+        ahead_pool = ThreadPoolExecutor(   # at most one per camera (~40 frames/s need less)
+            min(cfg.decode_threads, len(cfg.cameras)),
+            thread_name_prefix='decode-ahead') if cfg.decode_ahead else None
+        pub = self.create_lifecycle_publisher
+        return _Configured(
+            cfg=cfg, engine=engine, worker=ThreadPoolExecutor(1, thread_name_prefix='inference'),
+            decode_pool=ThreadPoolExecutor(cfg.decode_threads, thread_name_prefix='decode'),
+            ahead_pool=ahead_pool,
+            cameras={c.slot: DecodeAheadBuffer(cfg.camera_depth, ahead_pool,
+                                               cfg.decode_ahead_min_interval_s)
+                     for c in cfg.cameras},
+            odometry=StampedBuffer(cfg.odometry_depth),
+            publishers={'path': pub(Path, '~/output/path', 1),
+                        'path_odom': pub(Path, '~/output/path_odom', 1),
+                        'reasoning': pub(String, '~/output/reasoning', 1),
+                        'processing_time': pub(Float64, '~/debug/processing_time_ms', 1)})
+
+    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Start the subscriptions and the inference timer."""
+        conf = self._conf
+        assert conf is not None, 'activate is only reachable from inactive'
+        cfg = self._cfg
+        camera_qos = QoSProfile(depth=5, reliability=ReliabilityPolicy.RELIABLE) \
+            if cfg.camera_reliable else qos_profile_sensor_data
+        for cam in cfg.cameras:
+            self._running.append(self.create_subscription(
+                CompressedImage if cam.compressed else Image, cam.topic,
+                lambda m, s=cam.slot: self._on_camera(s, m), camera_qos))
+        self._running.append(self.create_subscription(
+            Odometry, cfg.odometry_topic, self._on_odometry,
+            QoSProfile(depth=50, reliability=ReliabilityPolicy.BEST_EFFORT)))
+        self._timer = self.create_timer(cfg.period_s, self._on_tick)
+        self._running.append(self._timer)
+        self._streams.restart()
+        self._path_rate.reset_window()
+        with self._lock:
+            self._status.inference_level, self._status.inference_message = \
+                diag.WARN, 'no path: active, no inference yet'
+        self._set_state('active')
+        self.get_logger().info('active: subscribed, inference timer running')
+        return super().on_activate(state)
+
+    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Stop subscriptions and timer; wait for an inference in flight; keep the model."""
+        self._stop_running()
+        self._set_state('inactive')
+        return super().on_deactivate(state)
+
+    def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Close the engine: GPU and pinned memory are freed."""
+        self._release()
+        self._set_state('unconfigured')
+        return super().on_cleanup(state)
+
+    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """From any state: stop, free, and let the process end with status 0."""
+        self._stop_running()
+        self._release()
+        self._set_state('finalized', message='shut down')
+        self.exit_code = 0
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_error(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Free what the failed transition left; go to finalized, the process ends with 1."""
+        self.get_logger().error(f'transition from {state.label} failed: finalizing, the process '
+                                f'exits with status {EXIT_FAILED}')
+        self._stop_running()
+        self._release(keep_status=True)
+        with self._lock:
+            self._status.lifecycle_state = 'finalized'
+        self.publish_diagnostics()
+        self.exit_code = EXIT_FAILED
+        return TransitionCallbackReturn.FAILURE
+
+    def _stop_running(self) -> None:
+        for entity in self._running:
+            if entity is self._timer:
+                self.destroy_timer(entity)
+            else:
+                self.destroy_subscription(entity)
+        self._running.clear()
+        self._timer = None
+        if self._inflight is not None:
+            wait([self._inflight])   # no path is published after deactivate returns
+
+    def _release(self, keep_status: bool = False) -> None:
+        conf, self._conf = self._conf, None
+        if conf is not None:
+            conf.release()
+            for publisher in conf.publishers.values():
+                self.destroy_lifecycle_publisher(publisher)
+        gc.collect()
+        _empty_cuda_cache()
+        self._camera_hw.clear()
+        if not keep_status:
+            with self._lock:
+                self._status.engine_info, self._status.start_info = None, {}
+                self._status.model_state, self._status.model_message = 'unloaded', 'model freed'
+
+    def _set_state(self, lifecycle: str, model: str | None = None, message: str = '') -> None:
+        with self._lock:
+            self._status.lifecycle_state = lifecycle
+            if model is not None:
+                self._status.model_state = model
+            if message:
+                self._status.model_message = message
+        self.publish_diagnostics()
+
+    # --- inputs -------------------------------------------------------------------------------
+    def _on_camera(self, slot: int, msg: Any) -> None:
+        conf = self._conf
+        if conf is None:
+            return
+        image = image_from_msg(msg)
+        self._streams.received(f'camera_{slot}', image.stamp_ns)
+        conf.cameras[slot].push(image, self._cfg.assembly)
+
+    def _on_odometry(self, msg: Odometry) -> None:
+        conf = self._conf
+        if conf is None:
+            return
+        sample = odometry_from_msg(msg)
+        self._streams.received('odometry', sample.stamp_ns)
+        conf.odometry.push(sample)
 
     # --- tick: select inputs, hand to the worker ---------------------------------------------
     def _on_tick(self) -> None:
+        conf = self._conf
+        if conf is None:
+            return
         with self._lock:
             self._status.ticks += 1
-            state = self._status.model_state
             busy = self._inflight is not None and not self._inflight.done()
-        if state in ('loading', 'error'):
-            self._skip(diag.SKIP_LOADING if state == 'loading' else diag.SKIP_MODEL_ERROR)
-            return
-        if busy:
-            with self._lock:
+            if busy:
                 self._status.ticks_dropped += 1
-            self._skip(diag.SKIP_IN_FLIGHT)
-            return
-        cfg = self._cfg
-        with self._lock:
+                self._status.last_skip_reason = diag.SKIP_IN_FLIGHT
+                return
             self._serial += 1
             serial = self._serial
+        cfg = self._cfg
         try:
-            sel = select_inputs({s: b.snapshot() for s, b in self._cameras.items()},
-                                self._odometry.snapshot(), cfg.assembly,
+            sel = select_inputs({s: b.snapshot() for s, b in conf.cameras.items()},
+                                conf.odometry.snapshot(), cfg.assembly,
                                 self.get_clock().now().nanoseconds)
         except InputError as err:
             self._input_failed(err, serial)
@@ -172,36 +323,30 @@ class AlpamayoOffloadNode(Node):
                 self._status.last_skip_reason = diag.SKIP_NO_NEW_INPUT
             else:
                 self._status.last_t0_ns = sel.t0_ns
-                self._inflight = self._worker.submit(self._infer, sel, cfg, serial)
-                return
-        self._publish_diagnostics()
-
-    def _skip(self, reason: str) -> None:
-        with self._lock:
-            self._status.last_skip_reason = reason
-        self._publish_diagnostics()
+                self._inflight = conf.worker.submit(self._infer, conf, sel, cfg, serial)
 
     def _input_failed(self, err: InputError, serial: int) -> None:
+        level = diag.input_level(err.reason)
         with self._lock:
             self._status.input_errors += 1
             self._status.last_skip_reason = err.reason
-            self._status.report_input(serial, diag.input_level(err.reason), str(err), err.reason)
+            self._status.report_input(serial, level, str(err), err.reason)
+            self._status.no_path(level, f'{err.reason}: {err}')
         self.get_logger().warning(str(err), throttle_duration_sec=2.0)
-        self._publish_diagnostics()
 
     # --- worker: decode, infer, publish -------------------------------------------------------
-    def _infer(self, sel: Selection, cfg: NodeConfig, serial: int) -> None:
+    def _infer(self, conf: _Configured, sel: Selection, cfg: NodeConfig, serial: int) -> None:
         start = time.perf_counter()
         ready_ahead = 0
 
         def ahead(slot: int, frame: EncodedImage) -> Future[Decoded] | None:
             nonlocal ready_ahead
-            found = self._cameras[slot].ready(frame, cfg.assembly)
+            found = conf.cameras[slot].ready(frame, cfg.assembly)
             ready_ahead += found is not None
             return found
 
         try:
-            inputs = decode_selection(sel, cfg.assembly, self._decode_pool, ahead)
+            inputs = decode_selection(sel, cfg.assembly, conf.decode_pool, ahead)
             check_resolution(self._camera_hw, inputs)
         except InputError as err:
             self._input_failed(err, serial)
@@ -217,63 +362,68 @@ class AlpamayoOffloadNode(Node):
             else:
                 self._status.report_input(serial, diag.OK, 'inputs valid', '')
         try:
-            result = self._engine.infer(inputs)
+            result = conf.engine.infer(inputs)
         except Exception as err:  # noqa: BLE001 - EngineInputError/EngineError and anything else
             with self._lock:
                 self._status.engine_errors += 1
                 self._status.model_state = 'degraded'
-                self._status.inference_level = diag.ERROR
-                self._status.inference_message = f'inference failed: {err}'
+                self._status.no_path(diag.ERROR, f'inference failed: {err}')
                 self._status.last_skip_reason = f'engine_error: {type(err).__name__}'
             self.get_logger().error(f'inference failed: {err}', throttle_duration_sec=2.0)
-            self._publish_diagnostics()
             return
         t_build = time.perf_counter()
-        self._publish(self._path_pub,
+        pubs = conf.publishers
+        self._publish(pubs['path'],
                       path_msg(result.xyz, result.rot, cfg.output_frame_id, sel.t0_ns))
         if cfg.publish_odom_path:
             xyz_w, rot_w = to_odom_frame(result.xyz, result.rot, inputs.odom_pose_t0)
             self._publish(
-                self._odom_path_pub,
+                pubs['path_odom'],
                 path_msg(xyz_w, rot_w, cfg.odom_frame_id or inputs.odom_frame_id, sel.t0_ns))
         if result.coc_text is not None:
-            self._publish(self._reasoning_pub, String(data=result.coc_text))
+            self._publish(pubs['reasoning'], String(data=result.coc_text))
         end = time.perf_counter()
+        self._path_rate.event()
+        self._publish(pubs['processing_time'], Float64(data=(end - start) * 1e3))
         age_ms = (self.get_clock().now().nanoseconds - sel.t0_ns) / 1e6
-        timings = {f't_{k}_ms': result.timings.get(k, float('nan')) * 1e3 for k in _STAGES}
+        stages = {f't_{k}_ms': result.timings.get(k, float('nan')) * 1e3 for k in _STAGES}
         stream = result.streaming or {}
+        engine_ms = result.timings.get('total', float('nan')) * 1e3
+        stages |= {
+            't_image_decode_ms': inputs.decode_s * 1e3, 'frames_decoded_ahead': ready_ahead,
+            't_frame_decode_max_ms': slowest * 1e3,
+            'input_image_hw': inputs.images.shape[2:4],   # frames as handed to the engine
+            'decode_ahead_cpu_ms_per_frame': _ahead_cpu_ms_per_frame(conf),
+            'decode_tokens': result.decode_tokens, 't_engine_total_ms': engine_ms,
+            't_path_build_ms': (end - t_build) * 1e3, 't_total_ms': (end - start) * 1e3,
+            't_node_overhead_ms': (end - start) * 1e3 - result.timings.get('total', 0.0) * 1e3,
+            'input_age_ms': age_ms, 'dma_ms': stream.get('dma_ms', 0.0),
+            'stall_ms': stream.get('stall_ms', 0.0),
+            'bytes_streamed': stream.get('bytes_streamed', 0)}
+        self._timings.add({k: v for k, v in stages.items() if isinstance(v, float)})
         with self._lock:
             st = self._status
-            st.stages.update(timings)
-            st.stages.update({
-                't_image_decode_ms': inputs.decode_s * 1e3, 'frames_decoded_ahead': ready_ahead,
-                't_frame_decode_max_ms': slowest * 1e3,
-                'input_image_hw': inputs.images.shape[2:4],   # frames as handed to the engine
-                'decode_ahead_cpu_ms_per_frame': self._ahead_cpu_ms_per_frame(),
-                'decode_tokens': result.decode_tokens,
-                't_engine_total_ms': result.timings.get('total', float('nan')) * 1e3,
-                't_path_build_ms': (end - t_build) * 1e3, 't_total_ms': (end - start) * 1e3,
-                't_node_overhead_ms': (end - start) * 1e3 - result.timings.get('total', 0.0) * 1e3,
-                'input_age_ms': age_ms, 'dma_ms': stream.get('dma_ms', 0.0),
-                'stall_ms': stream.get('stall_ms', 0.0),
-                'bytes_streamed': stream.get('bytes_streamed', 0)})
+            st.stages.update(stages)
             st.inferences += 1
             st.model_state = 'degraded' if st.start_warning else 'ready'
-            st.engine_info = self._engine.info
+            st.engine_info = conf.engine.info
             st.inference_level, st.inference_message = diag.OK, 'path published'
-        self._publish_diagnostics()
-
-    def _ahead_cpu_ms_per_frame(self) -> float:
-        """Mean CPU time of one background decode so far (nan without decode-ahead)."""
-        stats = [b.stats for b in self._cameras.values()]
-        decoded = sum(st.decoded for st in stats)
-        return sum(st.cpu_s for st in stats) * 1e3 / decoded if decoded else float('nan')
 
     # --- diagnostics and parameters ----------------------------------------------------------
-    def _publish_diagnostics(self) -> None:
+    def publish_diagnostics(self) -> None:
+        """Publish every status now (the heartbeat, each transition, a failure before exit)."""
+        cfg = self._cfg
+        now = self.get_clock().now().nanoseconds
+        snapshot = diag.Snapshot(
+            hardware_id=cfg.engine.device, expected_path_hz=1.0 / cfg.period_s,
+            rate_tolerance=cfg.rate_tolerance, path_rate=self._path_rate.sample(time.monotonic()),
+            max_input_age_s=cfg.assembly.max_input_age_s,
+            input_ages_s=self._streams.ages_s(now),
+            input_rates=self._streams.rates(time.monotonic()),
+            timing=self._timings.summary(), timed_inferences=self._timings.count,
+            gpu_memory=_gpu_memory(cfg.engine.device), plan_info=cfg.plan_info)
         with self._lock:
-            msg = diag.build(self.get_name(), self.get_clock().now().nanoseconds, self._status,
-                             self._cfg.plan_info)
+            msg = diag.build(self.get_name(), now, self._status, snapshot)
         self._publish(self._diag_pub, msg)
 
     def _publish(self, publisher: Any, msg: Any) -> None:
@@ -292,7 +442,7 @@ class AlpamayoOffloadNode(Node):
         if cfg is None:
             return SetParametersResult(successful=False, reason=reason)
         self._values.update(checked)
-        if cfg.period_s != self._cfg.period_s:
+        if self._timer is not None and cfg.period_s != self._cfg.period_s:
             self._timer.timer_period_ns = int(cfg.period_s * 1e9)
             self._timer.reset()
         with self._lock:
@@ -304,12 +454,76 @@ class AlpamayoOffloadNode(Node):
         return dataclasses.replace(cfg, assembly=dataclasses.replace(
             cfg.assembly, model_sizing=self._sizing, jpeg_decoder=self._jpeg_decoder))
 
+    @property
+    def autostart(self) -> bool:
+        """Whether the node drives configure + activate itself at start-up."""
+        return self._cfg.autostart
+
     def close(self) -> None:
-        """Stop the worker threads (an inference in flight finishes first)."""
-        self._worker.shutdown(wait=True, cancel_futures=True)
-        self._decode_pool.shutdown(wait=True)
-        if self._ahead_pool is not None:
-            self._ahead_pool.shutdown(wait=True, cancel_futures=True)
+        """Stop everything a transition left running (Ctrl-C in any state)."""
+        self._stop_running()
+        self._release()
+
+
+def _ahead_cpu_ms_per_frame(conf: _Configured) -> float:
+    """Mean CPU time of one background decode so far (nan without decode-ahead)."""
+    stats = [b.stats for b in conf.cameras.values()]
+    decoded = sum(st.decoded for st in stats)
+    return sum(st.cpu_s for st in stats) * 1e3 / decoded if decoded else float('nan')
+
+
+def _gpu_memory(device: str) -> dict[str, int]:
+    """Return torch's allocated and reserved bytes on a CUDA device (empty on the CPU)."""
+    if not device.startswith('cuda'):
+        return {}
+    import torch
+
+    if not torch.cuda.is_initialized():
+        return {'gpu_memory_allocated_bytes': 0, 'gpu_memory_reserved_bytes': 0}
+    return {'gpu_memory_allocated_bytes': torch.cuda.memory_allocated(device),
+            'gpu_memory_reserved_bytes': torch.cuda.memory_reserved(device)}
+
+
+def _empty_cuda_cache() -> None:
+    import torch
+
+    if torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+
+
+def _autostart(node: AlpamayoOffloadNode) -> None:
+    """Configure, then activate; a failure sets the exit code (the process ends with it)."""
+    for step, trigger in (('configure', node.trigger_configure),
+                          ('activate', node.trigger_activate)):
+        if trigger() != TransitionCallbackReturn.SUCCESS:
+            node.get_logger().error(f'autostart: {step} failed; exiting with status '
+                                    f'{EXIT_FAILED} (see /diagnostics)')
+            node.exit_code = EXIT_FAILED
+            return
+
+
+def run(node: AlpamayoOffloadNode) -> int:
+    """Spin until the node reaches finalized (or ROS shuts down); return the exit status."""
+    executor = MultiThreadedExecutor(num_threads=2, context=node.context)
+    executor.add_node(node)
+    if node.autostart:
+        starter: list[Any] = []
+
+        def start_once() -> None:   # a one-shot timer: the transitions run in the executor
+            starter[0].cancel()
+            node.destroy_timer(starter[0])
+            _autostart(node)
+
+        starter.append(node.create_timer(0.0, start_once))
+    while node.exit_code is None and node.context.ok():
+        executor.spin_once(timeout_sec=0.1)
+    if node.exit_code:
+        linger = time.monotonic() + _LINGER_S   # transition reply and last /diagnostics out
+        while time.monotonic() < linger and node.context.ok():
+            executor.spin_once(timeout_sec=0.1)
+        node.publish_diagnostics()
+    executor.shutdown()
+    return node.exit_code or 0
 
 
 def main(args: list[str] | None = None, engine_loader: EngineLoader = load_node_engine) -> None:
@@ -326,12 +540,13 @@ def main(args: list[str] | None = None, engine_loader: EngineLoader = load_node_
         log.error('%s: cannot start: %s', NODE_NAME, err)
         raise SystemExit(2) from None
     node = None
+    code = 0
     try:
         node = AlpamayoOffloadNode(engine_loader)
-        rclpy.spin(node)
+        code = run(node)
     except ParameterError as err:
         log.error('%s: invalid parameters: %s', NODE_NAME, err)
-        raise SystemExit(2) from None
+        code = 2
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     finally:
@@ -339,6 +554,8 @@ def main(args: list[str] | None = None, engine_loader: EngineLoader = load_node_
             node.close()
             node.destroy_node()
         rclpy.try_shutdown()
+    if code:
+        raise SystemExit(code)
 
 
 if __name__ == '__main__':

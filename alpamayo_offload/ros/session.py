@@ -2,6 +2,8 @@
 
 Shared by the demo and the integration tests so both exercise exactly what the launch file
 starts: the `alpamayo_offload.ros.node` entry point with `config/alpamayo_offload.yaml`.
+`LifecycleClient` calls the node's lifecycle services (`~/get_state`, `~/change_state`) as
+`ros2 lifecycle` and launch do.
 """
 from __future__ import annotations
 
@@ -9,14 +11,18 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray
+from lifecycle_msgs.msg import Transition
+from lifecycle_msgs.srv import ChangeState, GetState
 from nav_msgs.msg import Path as PathMsg
-from rclpy.executors import SingleThreadedExecutor
+from rclpy.executors import Executor, SingleThreadedExecutor
 from rclpy.node import Node
 
 from ..app.schema import NODE_NAME
@@ -62,6 +68,7 @@ class StatusRecord:
     message: str
     values: dict[str, str]
     received_ns: int
+    hardware_id: str = ''
 
 
 @dataclass
@@ -76,6 +83,61 @@ class SessionResult:
     def status(self, task: str) -> list[StatusRecord]:
         """Statuses of one task ('inference', 'input', 'model'), in arrival order."""
         return [s for s in self.statuses if s.name.endswith(f': {task}')]
+
+
+TRANSITIONS = {'configure': Transition.TRANSITION_CONFIGURE,
+               'activate': Transition.TRANSITION_ACTIVATE,
+               'deactivate': Transition.TRANSITION_DEACTIVATE,
+               'cleanup': Transition.TRANSITION_CLEANUP}
+_SHUTDOWN_FROM = {'unconfigured': Transition.TRANSITION_UNCONFIGURED_SHUTDOWN,
+                  'inactive': Transition.TRANSITION_INACTIVE_SHUTDOWN,
+                  'active': Transition.TRANSITION_ACTIVE_SHUTDOWN}
+
+
+class LifecycleClient:
+    """The node's `~/get_state` and `~/change_state` services, called from `node`."""
+
+    def __init__(self, node: Node, executor: Executor, target: str = f'/{NODE_NAME}') -> None:
+        self._executor = executor
+        self._get = node.create_client(GetState, f'{target}/get_state')
+        self._change = node.create_client(ChangeState, f'{target}/change_state')
+
+    def _call(self, client: Any, request: Any, timeout_s: float) -> Any:
+        deadline = time.monotonic() + timeout_s
+        while not client.service_is_ready():
+            if time.monotonic() > deadline:
+                return None
+            self._executor.spin_once(timeout_sec=0.05)
+        future = client.call_async(request)
+        self._executor.spin_until_future_complete(future, max(0.0, deadline - time.monotonic()))
+        return future.result() if future.done() else None
+
+    def state(self, timeout_s: float = 5.0) -> str:
+        """Return the node's lifecycle state label ('' when it does not answer in time)."""
+        response = self._call(self._get, GetState.Request(), timeout_s)
+        return response.current_state.label if response is not None else ''
+
+    def change(self, transition: str, timeout_s: float = 60.0) -> bool:
+        """Request `transition` ('configure', ..., 'shutdown'); True when it succeeded."""
+        if transition == 'shutdown':
+            transition_id = _SHUTDOWN_FROM[self.state()]
+        else:
+            transition_id = TRANSITIONS[transition]
+        request = ChangeState.Request(transition=Transition(id=transition_id))
+        response = self._call(self._change, request, timeout_s)
+        return bool(response is not None and response.success)
+
+    def wait_for(self, state: str, timeout_s: float,
+                 alive: Callable[[], bool] = lambda: True) -> str:
+        """Poll until the node is in `state`, `alive()` turns false or time runs out; the last."""
+        deadline = time.monotonic() + timeout_s
+        current = ''
+        while time.monotonic() < deadline and alive():
+            current = self.state(timeout_s=min(5.0, max(0.1, deadline - time.monotonic())))
+            if current == state:
+                break
+            self._executor.spin_once(timeout_sec=0.1)
+        return current
 
 
 def _remap_args(remaps: dict[str, str]) -> list[str]:
@@ -98,7 +160,7 @@ def run_session(bag: Path, *, param_files: list[Path] | None = None,
                 ready_timeout_s: float = 60.0, tail_s: float = 1.5, rate: float = 1.0,
                 command: tuple[str, ...] | None = None, sim_time: bool = False
                 ) -> SessionResult:
-    """Start the node, wait until its model is ready, play `bag`, collect, stop.
+    """Start the node, wait until it is active (autostart), play `bag`, collect, stop.
 
     By default the bag is restamped to wall time; with `sim_time` it keeps its stamps, the player
     publishes `/clock` and the node runs with use_sim_time (how it runs with a simulator).
@@ -116,10 +178,9 @@ def run_session(bag: Path, *, param_files: list[Path] | None = None,
         node = Node('session_collector', context=ctx)
         executor = SingleThreadedExecutor(context=ctx)
         executor.add_node(node)
-        _subscribe(node, result, remaps or {})
-        deadline = time.monotonic() + ready_timeout_s
-        while not _model_settled(result) and time.monotonic() < deadline and proc.poll() is None:
-            executor.spin_once(timeout_sec=0.1)
+        subscribe_outputs(node, result, remaps or {})
+        LifecycleClient(node, executor).wait_for('active', ready_timeout_s,
+                                                 lambda: proc.poll() is None)
         player = subprocess.Popen(
             [sys.executable, '-m', 'alpamayo_offload.ros.bag_player', str(bag),
              '--clock' if sim_time else '--restamp', '--rate', str(rate),
@@ -146,12 +207,8 @@ def run_session(bag: Path, *, param_files: list[Path] | None = None,
     return result
 
 
-def _model_settled(result: SessionResult) -> bool:
-    models = result.status('model')
-    return bool(models) and models[-1].values.get('model_state') in ('ready', 'degraded', 'error')
-
-
-def _subscribe(node: Node, result: SessionResult, remaps: dict[str, str]) -> None:
+def subscribe_outputs(node: Node, result: SessionResult, remaps: dict[str, str]) -> None:
+    """Record the node's paths (ego and odometry frame) and its /diagnostics into `result`."""
     outputs = ('~/output/path', '~/output/path_odom')
     for topic in (remaps.get(o, f'/{NODE_NAME}/{o[2:]}') for o in outputs):
         node.create_subscription(PathMsg, topic, lambda m, t=topic: result.paths.append(
@@ -161,7 +218,7 @@ def _subscribe(node: Node, result: SessionResult, remaps: dict[str, str]) -> Non
         now = time.time_ns()
         result.statuses.extend(
             StatusRecord(s.name, s.level[0] if isinstance(s.level, bytes) else int(s.level),
-                         s.message, {kv.key: kv.value for kv in s.values}, now)
+                         s.message, {kv.key: kv.value for kv in s.values}, now, s.hardware_id)
             for s in msg.status if s.name.startswith(NODE_NAME))
 
     node.create_subscription(DiagnosticArray, '/diagnostics', on_diag, 50)

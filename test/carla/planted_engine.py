@@ -43,7 +43,8 @@ class PlantedEngine:
             device='cpu', dtype='float64', mode='preload', budget_bytes=None, required_bytes=0,
             embed_on_host=False, resident_layers={'vit': (), 'lm': (), 'expert': ()},
             layers={}, embed_bytes=0, fixed_bytes=0, working_set_bytes=0, hidden_size=0,
-            prompt_tokens=0, pinned_bytes=0, layer_graphs=0, host_store_bytes=0, torch='',
+            prompt_tokens=0, diffusion_steps=10, pinned_bytes=0, layer_graphs=0,
+            host_store_bytes=0, torch='',
             host='', kernel_settings='')
 
     def infer(self, model_input: Any) -> EngineResult:
@@ -59,6 +60,9 @@ class PlantedEngine:
                             timings=dict.fromkeys(STAGES, 0.0),
                             streaming={'bytes_streamed': 0.0, 'dma_ms': 0.0, 'stall_ms': 0.0},
                             diffusion_steps=10)
+
+    def close(self) -> None:
+        """Nothing to free (the node's cleanup transition calls it)."""
 
 
 def save_drive(drive: DriveConfig, path: Path) -> Path:

@@ -18,6 +18,7 @@ from alpamayo_offload.ros.launch_checks import (  # noqa: E402
     require_packages,
 )
 
+STARTERS = ('Node', 'LifecycleNode')
 CARLA_LAUNCH = Path(__file__).resolve().parents[2] / 'launch' / 'alpamayo_offload_carla.launch.py'
 STARTS = {'alpamayo_offload': 'alpamayo_offload_node', 'tf2_ros': 'static_transform_publisher'}
 
@@ -60,13 +61,16 @@ def test_without_a_sourced_ros_environment_every_package_is_missing(
 
 
 def test_carla_launch_checks_every_package_it_starts_before_any_action() -> None:
-    """`require_packages` comes first in `_actions`, and names each `Node(package=...)` before."""
+    """`require_packages` comes first in `_actions`, and names each started package before.
+
+    Started: each `Node(package=...)` and `LifecycleNode(package=...)`.
+    """
     tree = ast.parse(CARLA_LAUNCH.read_text())
     actions = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == '_actions')
     calls = [n for n in ast.walk(actions) if isinstance(n, ast.Call)
-             and isinstance(n.func, ast.Name) and n.func.id in ('require_packages', 'Node')]
+             and isinstance(n.func, ast.Name) and n.func.id in ('require_packages', *STARTERS)]
     check = min((c for c in calls if c.func.id == 'require_packages'), key=lambda c: c.lineno)
-    nodes = [c for c in calls if c.func.id == 'Node']
+    nodes = [c for c in calls if c.func.id in STARTERS]
     assert nodes and all(check.lineno < node.lineno for node in nodes)
     named_before = {n.value for n in ast.walk(actions) if isinstance(n, ast.Constant)
                     and isinstance(n.value, str) and n.lineno < check.lineno}

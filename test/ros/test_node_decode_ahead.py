@@ -20,7 +20,8 @@ def test_frames_decoded_ahead_reach_the_model(tmp_path: Path, decode_ahead: bool
                                               size: str) -> None:
     drive = DriveConfig(duration_s=3.5, image_format='jpeg', width=640, height=360)
     overrides = {'cameras.transports': '[compressed, compressed, compressed, compressed]',
-                 'inference.period_s': '0.25', 'images.decode_ahead': str(decode_ahead).lower()}
+                 'inference.period_s': '0.25', 'images.decode_ahead': str(decode_ahead).lower(),
+                 'diagnostics.period_s': '0.25'}   # a status sample per inference or so
     if size != 'model':
         overrides |= dict(zip(('images.height', 'images.width'), size.split('x'), strict=True))
     res = run_session(write_drive(tmp_path / 'bag', drive), remaps=remaps_for(drive),
