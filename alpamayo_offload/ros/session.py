@@ -25,26 +25,11 @@ from nav_msgs.msg import Path as PathMsg
 from rclpy.executors import Executor, SingleThreadedExecutor
 from rclpy.node import Node
 
+from ..app.param_file import default_params_file
 from ..app.schema import NODE_NAME
 
 _NS = 1_000_000_000
 NODE_COMMAND = (sys.executable, '-m', 'alpamayo_offload.ros.node')
-
-
-def default_params_file() -> Path:
-    """Return the parameter file the launch file uses (installed share dir, else source tree)."""
-    try:
-        from ament_index_python.packages import get_package_share_directory
-
-        installed = Path(get_package_share_directory('alpamayo_offload')) / 'config'
-    except (ImportError, LookupError, OSError, ValueError):  # no ament index: source tree
-        installed = Path('/nonexistent')
-    source = Path(__file__).resolve().parents[2] / 'config'
-    for folder in (installed, source):
-        if (folder / 'alpamayo_offload.yaml').is_file():
-            return folder / 'alpamayo_offload.yaml'
-    raise FileNotFoundError('config/alpamayo_offload.yaml not found in the package share '
-                            f'directory or {source}; run from the source tree or install')
 
 
 @dataclass(frozen=True)
