@@ -55,6 +55,8 @@ setup(
         'test': ['pytest>=7,<9', 'ruff>=0.5', 'colcon-common-extensions>=0.3'],
         # `alpamayo-offload replay --ray`: samples sharded over a Ray cluster.
         'ray': ['ray>=2.9'],
+        # Lossless compressed streaming on CUDA (runtime/codec.py: nvCOMP ANS); CUDA 13 builds.
+        'nvcomp': ['nvidia-nvcomp-cu13>=6.0'],
     },
     zip_safe=True,
     maintainer='alpamayo_offload maintainers',

@@ -41,6 +41,8 @@ PIP_ONLY = {
 OPTIONAL = {
     'torchvision': "images.decoder: gpu (nvJPEG); comes with the CUDA torch wheel",
     'ray': "alpamayo-offload replay --ray: the setup.py extra 'ray'",
+    'nvidia': "nvCOMP for compressed streaming (EngineConfig.compression): the setup.py extra "
+              "'nvcomp'",
 }
 
 

@@ -43,9 +43,10 @@ class PlantedEngine:
             device='cpu', dtype='float64', mode='preload', budget_bytes=None, required_bytes=0,
             embed_on_host=False, resident_layers={'vit': (), 'lm': (), 'expert': ()},
             layers={}, embed_bytes=0, fixed_bytes=0, working_set_bytes=0, hidden_size=0,
-            prompt_tokens=0, diffusion_steps=10, pinned_bytes=0, layer_graphs=0,
-            host_store_bytes=0, torch='',
-            host='', kernel_settings='')
+            prompt_tokens=0, model_family='r1', num_samples=1, guidance_weight=None,
+            diffusion_steps=10, pinned_bytes=0, compression='off',
+            compressed_layers={'vit': (), 'lm': (), 'expert': ()}, layer_graphs=0,
+            host_store_bytes=0, torch='', host='', kernel_settings='')
 
     def infer(self, model_input: Any) -> EngineResult:
         """Ignore the images; return the drive's future after `model_input.t0_ns`."""
