@@ -187,8 +187,10 @@ _SPECS = (
        'read from the header before decoding; larger frames are rejected as image_too_large); '
        'the default admits 8K (33.2 M)', unit='px', minimum=1),
     _p('images.decoder', _S, 'auto', "JPEG decoder: 'cpu' (cv_bridge/OpenCV, libjpeg-turbo), "
-       "'gpu' (nvJPEG through torchvision, CUDA devices only) or 'auto' (the CPU, chosen until a "
-       'measurement shows the GPU cheaper)', choices=('auto', 'cpu', 'gpu'), restart=True),
+       "'gpu' (nvJPEG through torchvision, CUDA devices only) or 'auto' (the CPU: alone nvJPEG "
+       'takes a tenth of the CPU time, but beside a streaming engine its frames wait behind the '
+       "engine's work and decoding falls far behind the cameras)",
+       choices=('auto', 'cpu', 'gpu'), restart=True),
     _p('images.decode_warn_ms', _F, 100.0, 'a frame whose decode + resize takes longer raises '
        'a warning in the input diagnostics (image_decode_slow); 0: never', unit='ms',
        minimum=0.0),

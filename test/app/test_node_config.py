@@ -61,3 +61,17 @@ def test_relative_budget_needs_cuda_and_says_so() -> None:
 def test_bad_values_are_rejected_with_the_name(key: str, value: object, match: str) -> None:
     with pytest.raises(ParameterError, match=match):
         config_from_values({key: value})
+
+
+@pytest.mark.parametrize(('device', 'decoder', 'chosen'), [
+    ('cpu', 'auto', 'cpu'), ('cuda', 'auto', 'cpu'), ('cpu', 'cpu', 'cpu'), ('cuda', 'gpu', 'gpu')])
+def test_auto_decodes_jpeg_on_the_cpu(device: str, decoder: str, chosen: str) -> None:
+    # H200 measurement (docs/benchmarks.md, bench_decode_contention): beside a streaming engine
+    # nvJPEG decoding fell to 0.7-1.0 Hz of the cameras' 10-30 Hz, the CPU path did not.
+    cfg = config_from_values({'device': device, 'images.decoder': decoder})
+    assert cfg.decoder == chosen
+
+
+def test_gpu_decoder_needs_a_cuda_device() -> None:
+    with pytest.raises(ParameterError, match='images.decoder'):
+        config_from_values({'device': 'cpu', 'images.decoder': 'gpu'})
