@@ -67,7 +67,8 @@ from .phases import _PhaseBridge
 
 def _layer_sequences(model: AlpamayoR1) -> list[LayerSequence]:
     """Return the model's layer sequences as the runtime (and a host store) take them."""
-    return [LayerSequence(name, layers, SEQUENCE_PREFIXES[name])
+    prefixes = model.sequence_prefixes()
+    return [LayerSequence(name, layers, prefixes[name])
             for name, layers in model.layer_sequences().items()]
 
 

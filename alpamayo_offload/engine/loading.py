@@ -19,7 +19,7 @@ from ..model import (
     preset,
 )
 from ..runtime import TensorSpec
-from .config import SEQUENCE_PREFIXES, EngineConfig, EngineError
+from .config import EngineConfig, EngineError
 
 
 def _module_bytes(module: nn.Module) -> int:
@@ -96,19 +96,20 @@ def _load_model(config: EngineConfig,
 def _load_non_layer(model: AlpamayoR1, source: CheckpointTensorSource,
                     dtype: torch.dtype | None) -> None:
     """Materialise every tensor outside the layer sequences from the checkpoint, on the host."""
-    layer_prefixes = tuple(SEQUENCE_PREFIXES.values())
+    layer_prefixes = tuple(model.sequence_prefixes().values())
+    stats = f'{model.heads_prefix}action_space.'
     state = {}
     available = set(source.keys())
     for key, meta in model.state_dict().items():
         if key.startswith(layer_prefixes) or key not in available:
             continue
         value = source.read(key)
-        if dtype is not None and value.is_floating_point() and not key.startswith('action_space.'):
+        if dtype is not None and value.is_floating_point() and not key.startswith(stats):
             value = value.to(dtype)
         state[key] = value
         del meta
     model.load_state_dict(state, strict=False, assign=True)
     missing = {k for k, t in model.state_dict().items()
                if t.is_meta and not k.startswith(layer_prefixes)}
-    freqs_dtype = model.action_in_proj.encoder.trunk[0].weight.dtype
+    freqs_dtype = model.heads.action_in_proj.encoder.trunk[0].weight.dtype
     model.rebuild_buffers(torch.device('cpu'), freqs_dtype, names=missing)

@@ -10,10 +10,12 @@ from .checkpoint import CheckpointTensorSource, load_checkpoint, save_checkpoint
 from .config import (
     AlpamayoConfig,
     full_1_5_config,
+    full_2super_config,
     full_config,
     preset,
     scaled_config,
     tiny_1_5_config,
+    tiny_2super_config,
     tiny_config,
 )
 from .errors import CheckpointError, ConfigError, ModelError, ModelInputError
@@ -46,9 +48,9 @@ __all__ = [
     "LayerGraphs", "ModelError", "ModelInputError", "ModelInputs", "NullObserver",
     "OneSyncVisionAttention", "PhaseObserver", "RolledRotaryAttention", "Rollout",
     "SyntheticTextIds", "TextEncoder", "TextResult", "TokenizerDirEncoder", "build_meta",
-    "build_random", "full_1_5_config", "full_config", "fuse_rms_norms", "generate_text",
+    "build_random", "full_1_5_config", "full_2super_config", "full_config", "fuse_rms_norms", "generate_text",
     "graph_decoder_layers", "inputs_from_processed", "load_checkpoint", "materialize_random",
     "prepare_inputs", "prepare_vqa_inputs", "preset", "roll_rotary", "run_inference",
-    "save_checkpoint", "scaled_config", "sync_vision_once", "tiny_1_5_config", "tiny_config",
+    "save_checkpoint", "scaled_config", "sync_vision_once", "tiny_1_5_config", "tiny_2super_config", "tiny_config",
     "to_t0_frame",
 ]

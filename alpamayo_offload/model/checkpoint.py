@@ -210,7 +210,8 @@ def _set_tensor(model: nn.Module, key: str, value: torch.Tensor) -> None:
 
 def _optional_buffers(model: AlpamayoR1) -> set[str]:
     """Return the persistent non-learned buffers a checkpoint may omit (rebuilt from config)."""
-    prefixes = ("action_in_proj.", "action_space.")
+    hp = model.heads_prefix
+    prefixes = (f"{hp}action_in_proj.", f"{hp}action_space.")
     return {k for k, _ in model.named_buffers() if k.startswith(prefixes)}
 
 
@@ -255,18 +256,19 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu",
     device = torch.device(device)
     model = build_meta(cfg, dtype or torch.bfloat16)
     missing = check_keys(model, source)
+    stats = f"{model.heads_prefix}action_space."
     for key in model.state_dict():
         if key in missing:
             continue
         e = source.entry(key)
         target = dtype if (dtype is not None and e.dtype.is_floating_point
-                           and not key.startswith("action_space.")) else e.dtype
+                           and not key.startswith(stats)) else e.dtype
         if device.type == "cpu" and target == e.dtype:
             value = source.read(key)
         else:
             value = source.read(key).to(device=device, dtype=target)
         _set_tensor(model, key, value)
-    freqs_dtype = dtype or model.action_in_proj.encoder.trunk[0].weight.dtype
+    freqs_dtype = dtype or model.heads.action_in_proj.encoder.trunk[0].weight.dtype
     model.rebuild_buffers(device, freqs_dtype, names=missing)
     if missing:
         logger.info("rebuilt %d non-learned buffers from config: %s", len(missing), sorted(missing))
@@ -326,7 +328,7 @@ def save_checkpoint(model: AlpamayoR1, path: str | Path, max_shard_bytes: int = 
     path.mkdir(parents=True, exist_ok=True)
     cfg = model.cfg
     (path / "config.json").write_text(json.dumps(cfg.to_release_dict(), indent=2, sort_keys=True))
-    if not cfg.is_qwen3vl_8b_shape:
+    if not cfg.is_qwen3vl_8b_shape and not cfg.is_2super:  # 2 Super embeds it in config.json
         (path / "vlm_config.json").write_text(json.dumps(cfg.to_vlm_dict(), indent=2))
     state = model.state_dict()
     optional = _optional_buffers(model)
