@@ -32,6 +32,7 @@ from .action_proj import FourierEncoderV2, PerWaypointActionInProjV2
 from .action_space import UnicycleAccelCurvatureActionSpace
 from .config import AlpamayoConfig
 from .flow_matching import FlowMatching
+from .host_memory import require_host_memory, tensor_bytes
 
 ACTION_DIM = 2  # (acceleration, curvature)
 INIT_STD = 0.02  # transformers' initializer_range for Qwen3-VL
@@ -179,17 +180,22 @@ def build_meta(cfg: AlpamayoConfig, dtype: torch.dtype = torch.bfloat16) -> Alpa
 
 @torch.no_grad()
 def materialize_random(model: AlpamayoR1, seed: int, device: torch.device | str,
-                       home: torch.device | str | None = None) -> AlpamayoR1:
+                       home: torch.device | str | None = None,
+                       available_host_bytes: int | None = None) -> AlpamayoR1:
     """Allocate a meta-built model on `home` (default `device`) and fill it deterministically.
 
     Weights ~ N(0, 0.02), biases 0, norm scales 1 (transformers' Qwen3-VL init), drawn in
     parameter-name order from one generator on `device`: same seed + device -> same weights,
     wherever they are stored. With `home="cpu"` each weight is drawn on the GPU and moved out
     at once, so a model larger than the card (the full preset on a 16 GB GPU) can be built.
+    A host home is first checked against `available_host_bytes` (default MemAvailable).
     """
     device = torch.device(device)
     home = device if home is None else torch.device(home)
     dtype = next(model.parameters()).dtype
+    if home.type == "cpu":
+        require_host_memory(tensor_bytes(model.state_dict().values()),
+                            f"random {model.cfg.family} model", available_host_bytes)
     model.to_empty(device=home)
     gen = torch.Generator(device=device).manual_seed(seed)
     for name, param in model.named_parameters():

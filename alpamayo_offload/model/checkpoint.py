@@ -25,6 +25,7 @@ from torch import nn
 from .alpamayo import AlpamayoR1, build_meta
 from .config import AlpamayoConfig
 from .errors import CheckpointError, ConfigError, UnsupportedConfigError
+from .host_memory import require_host_memory
 
 logger = logging.getLogger(__name__)
 
@@ -236,14 +237,30 @@ def check_keys(model: AlpamayoR1, source: CheckpointTensorSource) -> set[str]:
     return {k for k in optional if k not in have}
 
 
+def _load_bytes(model: AlpamayoR1, source: CheckpointTensorSource,
+                dtype: torch.dtype | None) -> int:
+    """Bytes the loaded tensors take: as stored, floating ones in `dtype` when it is given."""
+    total, have = 0, set(source.keys())
+    for key, ref in model.state_dict().items():
+        if key not in have:
+            continue
+        e = source.entry(key)
+        cast = dtype is not None and e.dtype.is_floating_point
+        total += ref.numel() * dtype.itemsize if cast else e.nbytes
+    return total
+
+
 @torch.no_grad()
 def load_checkpoint(path: str | Path, device: torch.device | str = "cpu",
                     dtype: torch.dtype | None = None,
-                    vlm_config: str | Path | None = None) -> AlpamayoR1:
+                    vlm_config: str | Path | None = None,
+                    available_host_bytes: int | None = None) -> AlpamayoR1:
     """Load a released-layout checkpoint into a new `AlpamayoR1` on `device`.
 
     `dtype=None` keeps every tensor as stored (bit for bit); a float dtype casts the parameters and
     `freqs` (the `action_space.*` buffers stay float32, as the release keeps them).
+    Loading to the CPU first checks the weights' bytes against `available_host_bytes` (default:
+    MemAvailable) and refuses with both numbers (`HostMemoryError`) before allocating.
     """
     path = Path(path)
     try:
@@ -256,6 +273,9 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu",
     device = torch.device(device)
     model = build_meta(cfg, dtype or torch.bfloat16)
     missing = check_keys(model, source)
+    if device.type == "cpu":
+        require_host_memory(_load_bytes(model, source, dtype),
+                            f"{cfg.family} checkpoint {path}", available_host_bytes)
     stats = f"{model.heads_prefix}action_space."
     for key in model.state_dict():
         if key in missing:

@@ -458,9 +458,9 @@ PRESETS = ("full", "tiny", "1.5", "tiny-1.5", "2super", "tiny-2super")
 
 
 def preset(name: str) -> AlpamayoConfig:
-    """Return a preset: `full`, `tiny` (R1), `1.5`, `tiny-1.5`, `2super`, `tiny-2super`, or
-    `layers=N[,vit=M][,family=1.5|2super]`.
+    """Return a preset by name (`PRESETS`, or `layers=N[,vit=M][,family=1.5|2super]`).
 
+    Fixed: `full`, `tiny` (R1), `1.5`, `tiny-1.5`, `2super`, `tiny-2super`.
     `layers=` keeps full widths with N LM/expert layers and M ViT blocks.
     """
     fixed = {"full": full_config, "tiny": tiny_config, "1.5": full_1_5_config,

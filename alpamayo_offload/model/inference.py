@@ -456,8 +456,8 @@ def run_inference(model: AlpamayoR1, inputs: ModelInputs, device: torch.device |
             x0, guided_velocity if guided else velocity, steps,
             on_step=lambda i, last: obs.phase_start("diffusion", i, last),
             on_step_end=lambda i: obs.phase_end("diffusion", i))
-    xyz, rot = model.heads.action_space.action_to_traj(sampled, hist_xyz.repeat_interleave(s, dim=0),
-                                                 hist_rot.repeat_interleave(s, dim=0))
+    xyz, rot = model.heads.action_space.action_to_traj(
+        sampled, hist_xyz.repeat_interleave(s, dim=0), hist_rot.repeat_interleave(s, dim=0))
     if keep_extras:
         extras.update(diffusion_noise=x0, sampled_action=sampled)
     coc = [chain_of_causation_ids(row.tolist()) for row in new_ids.cpu()]
@@ -473,7 +473,7 @@ def run_inference(model: AlpamayoR1, inputs: ModelInputs, device: torch.device |
 
 
 def unguided_prompt(inputs: ModelInputs) -> torch.Tensor:
-    """The prompt of navigation guidance's unguided branch.
+    """Return the prompt of navigation guidance's unguided branch.
 
     2 Super writes the route text into the instruction's text with no span tokens, so its
     inputs carry the plain prompt (`unguided_input_ids`); 1.5's drops the route span.
@@ -575,7 +575,9 @@ class TextResult:
     """Answers of `generate_text`, one per sample."""
 
     token_ids: torch.Tensor            # (S, n) generated ids, pad after <|im_end|>
-    answer_token_ids: list[list[int]]  # per sample: the ids before <|answer_end|> ([] if none)
+    # per sample: 1.5 the ids before <|answer_end|> ([] if none), 2 Super those before the
+    # text end or <|traj_future_start|>
+    answer_token_ids: list[list[int]]
     answers: list[str] | None          # decoded when a decoding tokenizer is given
     decode_steps: int
     extras: dict[str, torch.Tensor] = field(default_factory=dict)
@@ -614,7 +616,11 @@ def generate_text(model: AlpamayoR1, inputs: ModelInputs, device: torch.device |
                                      stop_at_traj=super2)
     answer_ids = []
     for row in new_ids.cpu().tolist():
-        answer_ids.append(row[:row.index(ANSWER_END_ID)] if ANSWER_END_ID in row else [])
+        if super2:   # the answer is plain assistant text, up to the text end or the stop
+            ends = [row.index(i) for i in (IM_END_ID, TRAJ_FUTURE_START_ID) if i in row]
+            answer_ids.append(row[:min(ends, default=len(row))])
+        else:
+            answer_ids.append(row[:row.index(ANSWER_END_ID)] if ANSWER_END_ID in row else [])
     answers = None
     if decoder is not None:
         try:

@@ -16,7 +16,6 @@ from .config import (
     AlpamayoConfig,
     TokenConfig,
 )
-from .errors import UnsupportedConfigError
 from .release_config import (
     EXPERT_IGNORED,
     EXPERT_READ,

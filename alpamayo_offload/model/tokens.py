@@ -191,7 +191,7 @@ def build_prompt_ids(encoder: TextEncoder, image_token_counts: Sequence[int],
     assistant turn ending in <|cot_start|>. R1 passes no `camera_indices` (bare images); 1.5
     passes them (camera and frame text) and may pass `nav_text`, written as
     `<|route_start|>{nav_text}<|route_end|>` right after the history block.
-    `release_2super`: the assistant turn opens bare (`<|im_start|>assistant\n`), and
+    `release_2super`: the assistant turn opens bare (`<|im_start|>assistant` and a newline);
     `nav_text` goes right before the instruction with no separator and no span tokens (the
     official nav demo); `instruction` picks the task (`META_ACTION_TEXT` for meta actions).
     """
