@@ -24,8 +24,7 @@ from alpamayo_offload.model import (
 NAV = 'Turn right in 30m'
 SMALL = dict(model='tiny-2super', fixed_decode_tokens=3, diffusion_steps=3, num_samples=2,
              guidance_weight=2.0)
-PLANS = [('sequential', {}), ('pipelined', {}),
-         ('pipelined', {'lm': (1,), 'expert': (0, 2), 'vit': (3,)})]
+PLANS = [('sequential', {}), ('pipelined', {'lm': (1,), 'expert': (0, 2), 'vit': (3,)})]
 
 
 @pytest.fixture(scope='module')

@@ -14,8 +14,10 @@ from alpamayo_offload.model import (
     ModelInputs,
     Rollout,
     build_random,
+    full_2super_config,
     generate_text,
     load_checkpoint,
+    preset,
     run_inference,
     save_checkpoint,
     tiny_2super_config,
@@ -342,3 +344,22 @@ def test_release_fields_honoured_or_refused(official2s_dir, path, value) -> None
     node[path[-1]] = value
     with pytest.raises(UnsupportedConfigError, match=path[-1]):
         AlpamayoConfig.from_release_dicts(release, None)
+
+
+def test_full_preset_shape_without_building_it() -> None:
+    cfg = full_2super_config()
+    t, v, e = cfg.text, cfg.vision, cfg.expert
+    assert (t.num_layers, t.hidden_size, t.intermediate_size, t.num_heads, t.num_kv_heads,
+            t.head_dim, t.vocab_size) == (64, 5120, 25600, 64, 8, 128, 155_776)
+    assert (v.depth, v.hidden_size, v.out_hidden_size, v.deepstack_visual_indexes) == (
+        27, 1152, 5120, (8, 16, 24))
+    assert (e.hidden_size, e.intermediate_size, e.num_heads, e.head_dim) == (1536, 6144, 16, 128)
+    # the same per-layer bytes as the official constructor's (975,196,672 and 75,504,128 in bf16)
+    attn = t.hidden_size * t.head_dim * (2 * t.num_heads + 2 * t.num_kv_heads)
+    lm_layer = attn + 3 * t.hidden_size * t.intermediate_size + 2 * t.head_dim + 2 * t.hidden_size
+    assert 2 * lm_layer == 975_196_672
+    e_attn = e.hidden_size * e.head_dim * (2 * e.num_heads + 2 * t.num_kv_heads)
+    e_layer = e_attn + 3 * e.hidden_size * e.intermediate_size + 2 * e.head_dim \
+        + 2 * e.hidden_size
+    assert 2 * e_layer == 75_504_128
+    assert preset('layers=2,vit=3,family=2super').is_2super
