@@ -14,7 +14,8 @@ import torch
 from ..model import DecodeOptions
 from ..runtime import Compression, Mode
 
-# Layer sequences in execution order, with the checkpoint prefix of each (released key names).
+# Layer sequences in execution order, with R1's checkpoint prefix of each (released key names);
+# a model's own prefixes (2 Super's expert: `expert.expert.layers.`) are its `sequence_prefixes()`.
 SEQUENCE_PREFIXES = {
     'vit': 'vlm.model.visual.blocks.',
     'lm': 'vlm.model.language_model.layers.',
@@ -49,7 +50,8 @@ class ModelInputLike(Protocol):
 class EngineConfig:
     """What to load and how to run it; validated once.
 
-    `model` is a preset (`tiny`, `full`, `layers=N[,vit=M]`) or a checkpoint directory.
+    `model` is a preset (`tiny`, `full`, `tiny-1.5`, `tiny-2super`, `2super`, ...,
+    `layers=N[,vit=M][,family=...]`) or a checkpoint directory.
     `dtype` None means bf16 on CUDA and float32 on CPU for presets, as stored for checkpoints.
     `working_set_bytes` None estimates activations + KV cache from the model shape.
     `diffusion_steps` None runs the model's own flow-matching steps (a checkpoint's
@@ -68,7 +70,8 @@ class EngineConfig:
     `guidance_weight` (Alpamayo 1.5) runs navigation classifier-free guidance with this weight
     whenever an input carries navigation text (None: off; the official notebook uses 1.5);
     `noise_temperature` scales the initial flow-matching noise (the notebook's nav runs: 0.6).
-    `num_cameras` sizes the working-set estimate's prompt (1.5 takes 1-7 cameras).
+    `num_cameras` sizes the working-set estimate's prompt (1.5 and 2 Super take 1-7 cameras);
+    None: the family's release profile (four cameras, six for 2 Super).
     `pin_all_layers` packs every layer once into one pinned host store (runtime/store.py), so
     `Engine.replan` re-attaches without re-pinning and re-copying the streamed layers; all the
     layers' bytes then stay pinned (the memlock limit must cover the whole model).
@@ -91,7 +94,7 @@ class EngineConfig:
     num_samples: int = 1
     guidance_weight: float | None = None
     noise_temperature: float = 1.0
-    num_cameras: int = 4
+    num_cameras: int | None = None
     seed: int = 0
     dtype: str | None = None
     deterministic: bool = False
@@ -122,7 +125,7 @@ class EngineConfig:
         if self.dtype not in (None, 'bfloat16', 'float16', 'float32'):
             raise ValueError(f"EngineConfig.dtype = {self.dtype!r}: must be None, 'bfloat16', "
                              "'float16' or 'float32'")
-        if not 1 <= self.num_cameras <= 7:
+        if self.num_cameras is not None and not 1 <= self.num_cameras <= 7:
             raise ValueError(f'EngineConfig.num_cameras = {self.num_cameras}: must be 1..7')
         if self.num_samples < 1:
             raise ValueError(f'EngineConfig.num_samples = {self.num_samples}: must be >= 1')
@@ -169,6 +172,6 @@ class AnswerResult:
     """One question answered (`Engine.generate_text`)."""
 
     answers: list[str] | None          # per sample, decoded when a tokenizer is configured
-    answer_token_ids: list[list[int]]  # per sample: the ids before <|answer_end|>
+    answer_token_ids: list[list[int]]  # per sample: the answer ids (see model TextResult)
     decode_tokens: int
     timings: dict[str, float]          # seconds: preprocess, vision, prefill, decode, total

@@ -57,7 +57,7 @@ from .config import (
     EngineResult,
     ModelInputLike,
 )
-from .estimates import estimate_prompt_tokens, estimate_working_set
+from .estimates import estimate_prompt_tokens, estimate_working_set, estimated_cameras
 from .example import _ExampleInput, example_input
 from .identity import _model_identity, driver_version, kernel_settings
 from .info import EngineInfo, PlanState
@@ -67,7 +67,8 @@ from .phases import _PhaseBridge
 
 def _layer_sequences(model: AlpamayoR1) -> list[LayerSequence]:
     """Return the model's layer sequences as the runtime (and a host store) take them."""
-    return [LayerSequence(name, layers, SEQUENCE_PREFIXES[name])
+    prefixes = model.sequence_prefixes()
+    return [LayerSequence(name, layers, prefixes[name])
             for name, layers in model.layer_sequences().items()]
 
 
@@ -420,7 +421,8 @@ class Engine:
             embed_bytes=embed.numel() * embed.element_size(),
             fixed_bytes=plan.fixed_bytes, working_set_bytes=plan.working_set_bytes,
             hidden_size=self.model.cfg.text.hidden_size,
-            prompt_tokens=estimate_prompt_tokens(self.model.cfg, 4 * self.config.num_cameras),
+            prompt_tokens=estimate_prompt_tokens(
+                self.model.cfg, 4 * estimated_cameras(self.model.cfg, self.config)),
             model_family=self.model.cfg.family,
             num_samples=self.config.num_samples,
             guidance_weight=self.config.guidance_weight,

@@ -13,8 +13,8 @@ _WORKING_SET_SLACK = 512 * 2**20
 # graph pool's segments: with every layer of the full model resident the capture stream and
 # the pool reserve about 116 MiB, which this term plus the per-layer estimate covers.
 _GRAPH_FIXED = 96 * 2**20
-# Alpamayo 1.5's prompt text per camera ("Front telephoto camera: ") and per frame ("frame 3 "),
-# upper bounds in Qwen BPE tokens, and the room kept for a route text.
+# Alpamayo 1.5's and 2 Super's prompt text per camera ("Front telephoto camera: ") and per
+# frame ("frame 3 "), upper bounds in Qwen BPE tokens, and the room kept for a route text.
 _CAMERA_NAME_TOKENS = 6
 _FRAME_TEXT_TOKENS = 3
 _NAV_TEXT_TOKENS = 64
@@ -24,7 +24,8 @@ def estimate_prompt_tokens(cfg: AlpamayoConfig, n_images: int = 16, height: int 
                            width: int = 1920, frames_per_camera: int = 4) -> int:
     """Prompt length for `n_images` camera frames of the given size (release layout).
 
-    Alpamayo 1.5 adds each camera's name, each frame's number and room for a route text.
+    Alpamayo 1.5 and 2 Super add each camera's name, each frame's number and room for a route
+    text.
     """
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
 
@@ -33,11 +34,18 @@ def estimate_prompt_tokens(cfg: AlpamayoConfig, n_images: int = 16, height: int 
                         max_pixels=cfg.tokens.max_pixels)
     per_image = (h // factor) * (w // factor)
     text = 0
-    if cfg.is_1_5:
+    if cfg.camera_text:
         cameras = -(-n_images // frames_per_camera)
         text = (cameras * _CAMERA_NAME_TOKENS + n_images * _FRAME_TEXT_TOKENS
                 + _NAV_TEXT_TOKENS)
     return n_images * (per_image + 2) + cfg.tokens.tokens_per_history_traj + 2 + 60 + text
+
+
+def estimated_cameras(cfg: AlpamayoConfig, config: EngineConfig) -> int:
+    """Cameras the estimates assume: the configured count, else the family's release profile."""
+    if config.num_cameras is not None:
+        return config.num_cameras
+    return 6 if cfg.is_2super else 4
 
 
 def estimate_working_set(cfg: AlpamayoConfig, dtype_bytes: int, config: EngineConfig) -> int:
@@ -49,8 +57,8 @@ def estimate_working_set(cfg: AlpamayoConfig, dtype_bytes: int, config: EngineCo
     Activations: the prefill's widest tensors (MLP intermediate x 3, hidden x 6) and the ViT's.
     """
     t = cfg.text
-    tokens = estimate_prompt_tokens(cfg, 4 * config.num_cameras) + config.max_decode_tokens \
-        + 1 + 64
+    tokens = estimate_prompt_tokens(cfg, 4 * estimated_cameras(cfg, config)) \
+        + config.max_decode_tokens + 1 + 64
     rows = config.num_samples * (2 if config.guidance_weight is not None else 1)
     kv = 2 * t.num_layers * t.num_kv_heads * t.head_dim * tokens * dtype_bytes * rows
     prefill = tokens * (3 * t.intermediate_size + 6 * t.hidden_size) * dtype_bytes

@@ -46,7 +46,7 @@ class EngineInfo:
     working_set_bytes: int
     hidden_size: int
     prompt_tokens: int
-    model_family: str                    # 'r1' or '1.5' (from config.json model_type)
+    model_family: str                    # 'r1', '1.5' or '2super' (config.json model_type)
     num_samples: int                     # trajectories per inference
     guidance_weight: float | None        # navigation classifier-free guidance (None: off)
     diffusion_steps: int                 # flow-matching steps run: the override, else the model's

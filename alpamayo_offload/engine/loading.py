@@ -18,8 +18,9 @@ from ..model import (
     materialize_random,
     preset,
 )
+from ..model.host_memory import require_host_memory, tensor_bytes
 from ..runtime import TensorSpec
-from .config import SEQUENCE_PREFIXES, EngineConfig, EngineError
+from .config import EngineConfig, EngineError
 
 
 def _module_bytes(module: nn.Module) -> int:
@@ -62,12 +63,17 @@ class _LayerSource:
             out.copy_(self._checkpoint.read(name))
 
 
-def _load_model(config: EngineConfig,
-                device: torch.device) -> tuple[AlpamayoR1, _LayerSource | None]:
+def _load_model(config: EngineConfig, device: torch.device,
+                available_host_bytes: int | None = None,
+                ) -> tuple[AlpamayoR1, _LayerSource | None]:
     """Build a preset with random weights (home in host RAM), or a checkpoint, layers on meta.
 
     Checkpoint layers stay on `meta`: the runtime fills each straight into its pinned region or
     its resident GPU storage from the safetensors source, so the weights are never held twice.
+    Before allocating, the host bytes the weights need are checked against
+    `available_host_bytes` (default MemAvailable): the whole model where the host holds the
+    streamed layers (every mode but preload, and every random build), and refused with both
+    numbers (`HostMemoryError`) when it does not fit.
     """
     path = Path(config.model)
     if path.is_dir():
@@ -76,6 +82,11 @@ def _load_model(config: EngineConfig,
         dtype = _resolve_dtype(config, device)
         model = build_meta(cfg, dtype or source.dtype(
             'vlm.model.language_model.norm.weight'))
+        prefixes = tuple(model.sequence_prefixes().values())
+        host = [t for k, t in model.state_dict().items()
+                if config.mode != 'preload' or not k.startswith(prefixes)]
+        require_host_memory(tensor_bytes(host), f'{cfg.family} checkpoint {path}',
+                            available_host_bytes)
         _load_non_layer(model, source, dtype)
         return model.eval(), _LayerSource(source, dtype)
     try:
@@ -87,7 +98,8 @@ def _load_model(config: EngineConfig,
         torch.bfloat16 if device.type == 'cuda' else torch.float32)
     # Drawn on the target device (fast on a GPU, same weights as a GPU-built model), one tensor
     # at a time, straight into the weights' home in host RAM: fits any card the model runs on.
-    model = materialize_random(build_meta(cfg, dtype), config.seed, device, home='cpu')
+    model = materialize_random(build_meta(cfg, dtype), config.seed, device, home='cpu',
+                               available_host_bytes=available_host_bytes)
     if device.type == 'cuda':
         torch.cuda.empty_cache()
     return model.eval(), None
@@ -96,19 +108,20 @@ def _load_model(config: EngineConfig,
 def _load_non_layer(model: AlpamayoR1, source: CheckpointTensorSource,
                     dtype: torch.dtype | None) -> None:
     """Materialise every tensor outside the layer sequences from the checkpoint, on the host."""
-    layer_prefixes = tuple(SEQUENCE_PREFIXES.values())
+    layer_prefixes = tuple(model.sequence_prefixes().values())
+    stats = f'{model.heads_prefix}action_space.'
     state = {}
     available = set(source.keys())
     for key, meta in model.state_dict().items():
         if key.startswith(layer_prefixes) or key not in available:
             continue
         value = source.read(key)
-        if dtype is not None and value.is_floating_point() and not key.startswith('action_space.'):
+        if dtype is not None and value.is_floating_point() and not key.startswith(stats):
             value = value.to(dtype)
         state[key] = value
         del meta
     model.load_state_dict(state, strict=False, assign=True)
     missing = {k for k, t in model.state_dict().items()
                if t.is_meta and not k.startswith(layer_prefixes)}
-    freqs_dtype = model.action_in_proj.encoder.trunk[0].weight.dtype
+    freqs_dtype = model.heads.action_in_proj.encoder.trunk[0].weight.dtype
     model.rebuild_buffers(torch.device('cpu'), freqs_dtype, names=missing)

@@ -10,13 +10,21 @@ from .checkpoint import CheckpointTensorSource, load_checkpoint, save_checkpoint
 from .config import (
     AlpamayoConfig,
     full_1_5_config,
+    full_2super_config,
     full_config,
     preset,
     scaled_config,
     tiny_1_5_config,
+    tiny_2super_config,
     tiny_config,
 )
-from .errors import CheckpointError, ConfigError, ModelError, ModelInputError
+from .errors import (
+    CheckpointError,
+    ConfigError,
+    HostMemoryError,
+    ModelError,
+    ModelInputError,
+)
 from .inference import (
     DecodeOptions,
     InferenceResult,
@@ -42,13 +50,13 @@ from .vision_attention import OneSyncVisionAttention, sync_vision_once
 
 __all__ = [
     "AlpamayoConfig", "AlpamayoR1", "CheckpointError", "CheckpointTensorSource", "ConfigError",
-    "DecodeOptions", "FusedRMSNorm", "GraphedDecoderLayer", "ImageSizing", "InferenceResult",
-    "LayerGraphs", "ModelError", "ModelInputError", "ModelInputs", "NullObserver",
-    "OneSyncVisionAttention", "PhaseObserver", "RolledRotaryAttention", "Rollout",
-    "SyntheticTextIds", "TextEncoder", "TextResult", "TokenizerDirEncoder", "build_meta",
-    "build_random", "full_1_5_config", "full_config", "fuse_rms_norms", "generate_text",
-    "graph_decoder_layers", "inputs_from_processed", "load_checkpoint", "materialize_random",
-    "prepare_inputs", "prepare_vqa_inputs", "preset", "roll_rotary", "run_inference",
-    "save_checkpoint", "scaled_config", "sync_vision_once", "tiny_1_5_config", "tiny_config",
-    "to_t0_frame",
+    "DecodeOptions", "FusedRMSNorm", "GraphedDecoderLayer", "HostMemoryError", "ImageSizing",
+    "InferenceResult", "LayerGraphs", "ModelError", "ModelInputError", "ModelInputs",
+    "NullObserver", "OneSyncVisionAttention", "PhaseObserver", "RolledRotaryAttention",
+    "Rollout", "SyntheticTextIds", "TextEncoder", "TextResult", "TokenizerDirEncoder",
+    "build_meta", "build_random", "full_1_5_config", "full_2super_config", "full_config",
+    "fuse_rms_norms", "generate_text", "graph_decoder_layers", "inputs_from_processed",
+    "load_checkpoint", "materialize_random", "prepare_inputs", "prepare_vqa_inputs", "preset",
+    "roll_rotary", "run_inference", "save_checkpoint", "scaled_config", "sync_vision_once",
+    "tiny_1_5_config", "tiny_2super_config", "tiny_config", "to_t0_frame",
 ]

@@ -25,6 +25,7 @@ from torch import nn
 from .alpamayo import AlpamayoR1, build_meta
 from .config import AlpamayoConfig
 from .errors import CheckpointError, ConfigError, UnsupportedConfigError
+from .host_memory import require_host_memory
 
 logger = logging.getLogger(__name__)
 
@@ -210,7 +211,8 @@ def _set_tensor(model: nn.Module, key: str, value: torch.Tensor) -> None:
 
 def _optional_buffers(model: AlpamayoR1) -> set[str]:
     """Return the persistent non-learned buffers a checkpoint may omit (rebuilt from config)."""
-    prefixes = ("action_in_proj.", "action_space.")
+    hp = model.heads_prefix
+    prefixes = (f"{hp}action_in_proj.", f"{hp}action_space.")
     return {k for k, _ in model.named_buffers() if k.startswith(prefixes)}
 
 
@@ -235,14 +237,30 @@ def check_keys(model: AlpamayoR1, source: CheckpointTensorSource) -> set[str]:
     return {k for k in optional if k not in have}
 
 
+def _load_bytes(model: AlpamayoR1, source: CheckpointTensorSource,
+                dtype: torch.dtype | None) -> int:
+    """Bytes the loaded tensors take: as stored, floating ones in `dtype` when it is given."""
+    total, have = 0, set(source.keys())
+    for key, ref in model.state_dict().items():
+        if key not in have:
+            continue
+        e = source.entry(key)
+        cast = dtype is not None and e.dtype.is_floating_point
+        total += ref.numel() * dtype.itemsize if cast else e.nbytes
+    return total
+
+
 @torch.no_grad()
 def load_checkpoint(path: str | Path, device: torch.device | str = "cpu",
                     dtype: torch.dtype | None = None,
-                    vlm_config: str | Path | None = None) -> AlpamayoR1:
+                    vlm_config: str | Path | None = None,
+                    available_host_bytes: int | None = None) -> AlpamayoR1:
     """Load a released-layout checkpoint into a new `AlpamayoR1` on `device`.
 
     `dtype=None` keeps every tensor as stored (bit for bit); a float dtype casts the parameters and
     `freqs` (the `action_space.*` buffers stay float32, as the release keeps them).
+    Loading to the CPU first checks the weights' bytes against `available_host_bytes` (default:
+    MemAvailable) and refuses with both numbers (`HostMemoryError`) before allocating.
     """
     path = Path(path)
     try:
@@ -255,18 +273,22 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu",
     device = torch.device(device)
     model = build_meta(cfg, dtype or torch.bfloat16)
     missing = check_keys(model, source)
+    if device.type == "cpu":
+        require_host_memory(_load_bytes(model, source, dtype),
+                            f"{cfg.family} checkpoint {path}", available_host_bytes)
+    stats = f"{model.heads_prefix}action_space."
     for key in model.state_dict():
         if key in missing:
             continue
         e = source.entry(key)
         target = dtype if (dtype is not None and e.dtype.is_floating_point
-                           and not key.startswith("action_space.")) else e.dtype
+                           and not key.startswith(stats)) else e.dtype
         if device.type == "cpu" and target == e.dtype:
             value = source.read(key)
         else:
             value = source.read(key).to(device=device, dtype=target)
         _set_tensor(model, key, value)
-    freqs_dtype = dtype or model.action_in_proj.encoder.trunk[0].weight.dtype
+    freqs_dtype = dtype or model.heads.action_in_proj.encoder.trunk[0].weight.dtype
     model.rebuild_buffers(device, freqs_dtype, names=missing)
     if missing:
         logger.info("rebuilt %d non-learned buffers from config: %s", len(missing), sorted(missing))
@@ -326,7 +348,7 @@ def save_checkpoint(model: AlpamayoR1, path: str | Path, max_shard_bytes: int = 
     path.mkdir(parents=True, exist_ok=True)
     cfg = model.cfg
     (path / "config.json").write_text(json.dumps(cfg.to_release_dict(), indent=2, sort_keys=True))
-    if not cfg.is_qwen3vl_8b_shape:
+    if not cfg.is_qwen3vl_8b_shape and not cfg.is_2super:  # 2 Super embeds it in config.json
         (path / "vlm_config.json").write_text(json.dumps(cfg.to_vlm_dict(), indent=2))
     state = model.state_dict()
     optional = _optional_buffers(model)

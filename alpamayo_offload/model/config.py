@@ -20,8 +20,12 @@ from .errors import ConfigError
 
 MODEL_TYPE = "alpamayo_r1"
 MODEL_TYPE_1_5 = "alpamayo1_5"
+MODEL_TYPE_2SUPER = "alpamayo2_super"
 # config.json `model_type` -> the family's name as presets and reports give it.
-MODEL_FAMILIES = {MODEL_TYPE: "r1", MODEL_TYPE_1_5: "1.5"}
+MODEL_FAMILIES = {MODEL_TYPE: "r1", MODEL_TYPE_1_5: "1.5", MODEL_TYPE_2SUPER: "2super"}
+# 2 Super pads the vocabulary to a multiple of 128: 155,697 tokens -> 155,776 rows (no token
+# behind the last 79, and decoding does not mask them).
+VOCAB_2SUPER = 155776
 # Names whose VLM is the Qwen3-VL-8B shape; a checkpoint naming one needs no vlm_config.json.
 QWEN3VL_8B_NAMES = ("Qwen/Qwen3-VL-8B-Instruct", "nvidia/Cosmos-Reason2-8B")
 
@@ -175,6 +179,10 @@ class TokenConfig:
     # Image processor pixel budget (release: 163,840 / 196,608 -> 320x576 for 1080x1920 frames).
     min_pixels: int = 163840
     max_pixels: int = 196608
+    # 2 Super: history tokens `<i0..i999>` start at `traj_token_start_idx` (history_id0 151669),
+    # and its history holds only the 15 consecutive deltas (no origin delta, 45 tokens).
+    history_first: bool = False
+    history_origin_delta: bool = True
 
     def __post_init__(self) -> None:
         _positive(self, "traj_vocab_size", "hist_num_bins", "tokens_per_history_traj",
@@ -189,7 +197,9 @@ class TokenConfig:
 
     @property
     def hist_token_start_idx(self) -> int:
-        """First vocabulary id of the history bins ([inferred] 151669 + 3000 = 154669)."""
+        """First vocabulary id of the history bins (R1 [inferred] 151669 + 3000, 2 Super 151669)."""
+        if self.history_first:
+            return self.traj_token_start_idx
         return self.traj_token_start_idx + self.future_traj_num_bins
 
 
@@ -300,8 +310,18 @@ class AlpamayoConfig:
         return self.model_type == MODEL_TYPE_1_5
 
     @property
+    def is_2super(self) -> bool:
+        """True for Alpamayo 2 Super (`model_type` alpamayo2_super)."""
+        return self.model_type == MODEL_TYPE_2SUPER
+
+    @property
+    def camera_text(self) -> bool:
+        """True when the prompt names each camera and frame (1.5 and 2 Super)."""
+        return self.model_type in (MODEL_TYPE_1_5, MODEL_TYPE_2SUPER)
+
+    @property
     def family(self) -> str:
-        """`r1` or `1.5`."""
+        """`r1`, `1.5` or `2super`."""
         return MODEL_FAMILIES[self.model_type]
 
     @property
@@ -393,29 +413,73 @@ def scaled_config(num_layers: int, vision_depth: int | None = None,
     )
 
 
-PRESETS = ("full", "tiny", "1.5", "tiny-1.5")
+def tiny_2super_config() -> AlpamayoConfig:
+    """Return the 2 Super structure at the official-tiny 2 Super fixture's widths.
+
+    VLM text 32 wide (3 layers, 4 q / 2 KV heads x 16), ViT depth 4, expert 48 wide with 4
+    q-heads (q width 64 != hidden, as in the release), padded vocabulary 155,776, 45 history
+    tokens, guidance weight 2.0 (the fixture's choice).
+    """
+    base = tiny_config()
+    return dataclasses.replace(
+        base, text=dataclasses.replace(base.text, num_heads=4, vocab_size=VOCAB_2SUPER),
+        vision=dataclasses.replace(base.vision, deepstack_visual_indexes=(1, 2, 3)),
+        action=dataclasses.replace(base.action, guidance_weight=2.0),
+        tokens=dataclasses.replace(base.tokens, tokens_per_history_traj=45,
+                                   tokens_per_future_traj=128, history_first=True,
+                                   history_origin_delta=False),
+        model_type=MODEL_TYPE_2SUPER)
+
+
+def full_2super_config() -> AlpamayoConfig:
+    """Return the Alpamayo 2 Super shape (35,817,641,202 parameters, 71.6 GB in bf16).
+
+    The release config.json is not in the official repository: these shapes are what the
+    official constructor builds from the configuration third parties report reading from the
+    gated checkpoint (high confidence, not confirmed). VLM: Qwen3-VL-32B -- text hidden 5120,
+    64 layers (~975 MB each in bf16), 64 q / 8 KV heads x 128, MLP 25600, vocabulary 155,776
+    untied; ViT 27 blocks, hidden 1152, deepstack (8, 16, 24). Expert: hidden 1536, 64 layers
+    (~75.5 MB each), 16 q / 8 KV heads x 128, MLP 6144. action_in_proj 4 x 1024 (the official
+    code's default; the release value is unknown). A real checkpoint's config.json wins.
+    """
+    return AlpamayoConfig(
+        text=TextConfig(hidden_size=5120, intermediate_size=25600, num_layers=64, num_heads=64,
+                        num_kv_heads=8, head_dim=128, vocab_size=VOCAB_2SUPER),
+        vision=VisionConfig(out_hidden_size=5120),
+        expert=ExpertConfig(hidden_size=1536, intermediate_size=6144, num_heads=16,
+                            head_dim=128),
+        action=ActionConfig(in_proj_hidden_size=1024, in_proj_num_layers=4),
+        tokens=TokenConfig(tokens_per_history_traj=45, tokens_per_future_traj=128,
+                           history_first=True, history_origin_delta=False),
+        vlm_name_or_path="Qwen/Qwen3-VL-32B-Instruct", model_type=MODEL_TYPE_2SUPER)
+
+
+PRESETS = ("full", "tiny", "1.5", "tiny-1.5", "2super", "tiny-2super")
 
 
 def preset(name: str) -> AlpamayoConfig:
-    """Return a preset: `full`, `tiny` (R1), `1.5`, `tiny-1.5`, `layers=N[,vit=M][,family=1.5]`.
+    """Return a preset by name (`PRESETS`, or `layers=N[,vit=M][,family=1.5|2super]`).
 
+    Fixed: `full`, `tiny` (R1), `1.5`, `tiny-1.5`, `2super`, `tiny-2super`.
     `layers=` keeps full widths with N LM/expert layers and M ViT blocks.
     """
     fixed = {"full": full_config, "tiny": tiny_config, "1.5": full_1_5_config,
-             "tiny-1.5": tiny_1_5_config}
+             "tiny-1.5": tiny_1_5_config, "2super": full_2super_config,
+             "tiny-2super": tiny_2super_config}
+    families = {"r1": full_config, "1.5": full_1_5_config, "2super": full_2super_config}
     if name in fixed:
         return fixed[name]()
     if name.startswith("layers="):
         parts = dict(p.split("=", 1) for p in name.split(","))
         try:
-            base = full_1_5_config() if parts.pop("family", "r1") == "1.5" else full_config()
+            base = families[parts.pop("family", "r1")]()
             return scaled_config(int(parts["layers"]),
                                  int(parts["vit"]) if "vit" in parts else None, base)
         except (KeyError, ValueError) as err:
-            raise ConfigError(f"preset {name!r}: expected 'layers=N[,vit=M][,family=1.5]'") \
-                from err
+            raise ConfigError(f"preset {name!r}: expected "
+                              "'layers=N[,vit=M][,family=1.5|2super]'") from err
     raise ConfigError(f"unknown preset {name!r}: use one of {list(PRESETS)} or "
-                      "'layers=N[,vit=M][,family=1.5]'")
+                      "'layers=N[,vit=M][,family=1.5|2super]'")
 
 
 # ---- fixed token ids (spec 2.3): they never depend on a tokenizer ----------------------------

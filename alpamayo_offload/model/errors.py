@@ -30,3 +30,7 @@ class UnsupportedConfigError(ConfigError, CheckpointError):
     def __init__(self, field: str, value: object, supported: str) -> None:
         self.field, self.value, self.supported = field, value, supported
         super().__init__(f"{field} = {value!r} is not supported: {supported}")
+
+
+class HostMemoryError(ModelError, MemoryError):
+    """The machine's available host RAM cannot hold the model's weights (both numbers named)."""

@@ -49,7 +49,8 @@ class DecodeOptions:
     `max_decode_tokens`: most new tokens (the official `max_generation_length`, 256).
     `fixed_decode_tokens=N`: exactly N decode passes after prefill (N + 1 new tokens) whatever
     is emitted -- random weights never emit the stop token (the offloading paper decodes 21).
-    `sample=False` is greedy; `sample=True` uses the release's temperature 0.6 / top-p 0.98.
+    `sample=False` is greedy; `sample=True` uses the release's temperature 0.6 / top-p 0.98,
+    and `top_k` (None = off) keeps only the k likeliest ids first, as 2 Super's `top_k` does.
     `diffusion_steps` None runs the model's own Euler steps (its checkpoint's
     `diffusion_cfg.num_inference_steps`, `steps_for`); a number overrides them.
     Rows stop one token after <|traj_future_start|>; `eos` ends a row at once with pad after.
@@ -65,6 +66,7 @@ class DecodeOptions:
     temperature: float = 0.6
     top_p: float = 0.98
     seed: int = 0
+    top_k: int | None = None
     num_samples: int = 1
     diffusion_steps: int | None = None
     stop_on_im_end: bool = True  # [inferred] the Qwen generation config's eos ends a row
@@ -268,13 +270,13 @@ class Rollout:
         """One velocity evaluation -> (velocity (B, N, 2), action embeds, expert hidden)."""
         m = self.model
         n = m.cfg.action.n_waypoints
-        h = m.action_in_proj(x, t)                                            # (B, N, D_e)
+        h = m.heads.action_in_proj(x, t)                                      # (B, N, D_e)
         kwargs = {"is_causal": False} if m.cfg.expert_non_causal_attention else {}
-        out = m.expert(inputs_embeds=h, position_ids=position_ids, past_key_values=cache,
+        out = m.expert_lm(inputs_embeds=h, position_ids=position_ids, past_key_values=cache,
                        attention_mask=mask, use_cache=True, **kwargs)
         cache.crop(-n)  # drop the action tokens' K/V again
         hidden = out.last_hidden_state[:, -n:]
-        return m.action_out_proj(hidden).view(-1, n, 2), h, hidden
+        return m.heads.action_out_proj(hidden).view(-1, n, 2), h, hidden
 
 
 def gather_rows(table: nn.Embedding, ids: torch.Tensor, pin: bool) -> torch.Tensor:
@@ -313,13 +315,25 @@ def release_pos_interpolation(grid_thw: torch.Tensor, side: int,
     return torch.cat(indices), torch.cat(weights)
 
 
-def _traj_ids(model: AlpamayoR1) -> range:
+def _traj_ids(model: AlpamayoR1) -> tuple[range, ...]:
     """Return the trajectory ids, never chosen while decoding text (the release masks them)."""
     tk = model.cfg.tokens
-    return range(tk.traj_token_start_idx, tk.traj_token_start_idx + tk.traj_vocab_size)
+    return (range(tk.traj_token_start_idx, tk.traj_token_start_idx + tk.traj_vocab_size),)
 
 
-def _token_picker(opts: DecodeOptions, gen: torch.Generator | None, excluded: range,
+def _trajectory_excluded(model: AlpamayoR1) -> tuple[range, ...]:
+    """Ids never chosen while decoding a trajectory's reasoning.
+
+    2 Super also masks the text end <|im_end|>, so a row always reaches
+    <|traj_future_start|> or the token budget.
+    """
+    if model.cfg.is_2super:
+        return (*_traj_ids(model), range(IM_END_ID, IM_END_ID + 1))
+    return _traj_ids(model)
+
+
+def _token_picker(opts: DecodeOptions, gen: torch.Generator | None,
+                  excluded: tuple[range, ...],
                   logits: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
     """Choose how to pick each token of logits like `logits`: decided once, not per token."""
     if not opts.sample and logits.device.type == "cpu" and logits.dtype == torch.float32:
@@ -327,21 +341,25 @@ def _token_picker(opts: DecodeOptions, gen: torch.Generator | None, excluded: ra
     return functools.partial(_next_token, opts=opts, gen=gen, excluded=excluded)
 
 
-def _host_greedy(logits: torch.Tensor, excluded: range) -> torch.Tensor:
+def _host_greedy(logits: torch.Tensor, excluded: tuple[range, ...]) -> torch.Tensor:
     """`_next_token`'s greedy pick for float32 host logits, by numpy (`_host_argmax`)."""
     return torch.from_numpy(_host_argmax(logits.numpy(), excluded))
 
 
 def _next_token(logits: torch.Tensor, opts: DecodeOptions, gen: torch.Generator | None,
-                excluded: range) -> torch.Tensor:
-    """Greedy argmax, or temperature + top-p (HF semantics, top-k off) multinomial -> (B, 1).
+                excluded: tuple[range, ...]) -> torch.Tensor:
+    """Greedy argmax, or temperature + top-k + top-p (HF order) multinomial -> (B, 1).
 
     The `excluded` ids count as -inf (written into `logits`).
     """
-    logits[:, excluded.start:excluded.stop] = float("-inf")
+    for r in excluded:
+        logits[:, r.start:r.stop] = float("-inf")
     if not opts.sample:
         return logits.argmax(dim=-1, keepdim=True)
     scores = logits / opts.temperature
+    if opts.top_k is not None and opts.top_k < scores.shape[-1]:
+        kth = torch.topk(scores, opts.top_k, dim=-1).values[..., -1:]
+        scores = scores.masked_fill(scores < kth, float("-inf"))
     sorted_scores, order = torch.sort(scores, descending=False)
     cum = sorted_scores.softmax(dim=-1).cumsum(dim=-1)
     remove = cum <= (1 - opts.top_p)
@@ -350,7 +368,7 @@ def _next_token(logits: torch.Tensor, opts: DecodeOptions, gen: torch.Generator 
     return torch.multinomial(scores.softmax(dim=-1), 1, generator=gen)
 
 
-def _host_argmax(scores: np.ndarray, excluded: range) -> np.ndarray:
+def _host_argmax(scores: np.ndarray, excluded: tuple[range, ...]) -> np.ndarray:
     """Pick as torch's argmax over the ids outside `excluded` does (first max, first NaN) -> (B, 1).
 
     numpy's argmax (SIMD; ~10x torch's over the 155k vocabulary) picks the same index. The
@@ -358,8 +376,9 @@ def _host_argmax(scores: np.ndarray, excluded: range) -> np.ndarray:
     wins are they set to -inf and the pick repeated (saves the masking write on every token).
     """
     picked = scores.argmax(axis=-1, keepdims=True)
-    if any(i in excluded for i in picked[:, 0].tolist()):
-        scores[:, excluded.start:excluded.stop] = -np.inf
+    if any(i in r for i in picked[:, 0].tolist() for r in excluded):
+        for r in excluded:
+            scores[:, r.start:r.stop] = -np.inf
         picked = scores.argmax(axis=-1, keepdims=True)
     return picked
 
@@ -382,7 +401,7 @@ def run_inference(model: AlpamayoR1, inputs: ModelInputs, device: torch.device |
     gen = torch.Generator(device=dev).manual_seed(opts.seed)
     extras: dict[str, torch.Tensor] = {}
     guided = opts.guidance_weight is not None
-    unguided_ids = remove_route_span(inputs.input_ids) if guided else None
+    unguided_ids = unguided_prompt(inputs) if guided else None
     # The small inputs go to the device once, before any layer's weights are copied: a copy
     # from pageable memory later (prefill, after diffusion) blocks the host until the copy
     # engine reaches it, behind whatever layer copy an offloading runtime has queued there.
@@ -396,7 +415,8 @@ def run_inference(model: AlpamayoR1, inputs: ModelInputs, device: torch.device |
         s = opts.num_samples
         first, cache, rope_deltas, pick = _prefill_rows(ro, opts, gen, input_ids, grid,
                                                         image_embeds, deepstack, obs, extras,
-                                                        keep_extras, _traj_ids(model))
+                                                        keep_extras,
+                                                        _trajectory_excluded(model))
         new_raw, step = _decode_rows(ro, opts, first, cache, rope_deltas, pick, obs,
                                      stop_at_traj=True)
         new_ids = _pad_after_stop(new_raw)
@@ -432,12 +452,12 @@ def run_inference(model: AlpamayoR1, inputs: ModelInputs, device: torch.device |
             return combine_guidance(v[:s], v[s:], float(opts.guidance_weight))
 
         steps = opts.steps_for(model)
-        sampled = model.diffusion.sample(
+        sampled = model.heads.diffusion.sample(
             x0, guided_velocity if guided else velocity, steps,
             on_step=lambda i, last: obs.phase_start("diffusion", i, last),
             on_step_end=lambda i: obs.phase_end("diffusion", i))
-    xyz, rot = model.action_space.action_to_traj(sampled, hist_xyz.repeat_interleave(s, dim=0),
-                                                 hist_rot.repeat_interleave(s, dim=0))
+    xyz, rot = model.heads.action_space.action_to_traj(
+        sampled, hist_xyz.repeat_interleave(s, dim=0), hist_rot.repeat_interleave(s, dim=0))
     if keep_extras:
         extras.update(diffusion_noise=x0, sampled_action=sampled)
     coc = [chain_of_causation_ids(row.tolist()) for row in new_ids.cpu()]
@@ -450,6 +470,17 @@ def run_inference(model: AlpamayoR1, inputs: ModelInputs, device: torch.device |
     return InferenceResult(xyz=xyz.float().cpu(), rot=rot.float().cpu(),
                            new_token_ids=new_ids.cpu(), coc_token_ids=coc, coc_text=text,
                            decode_steps=step, diffusion_steps=steps, extras=extras)
+
+
+def unguided_prompt(inputs: ModelInputs) -> torch.Tensor:
+    """Return the prompt of navigation guidance's unguided branch.
+
+    2 Super writes the route text into the instruction's text with no span tokens, so its
+    inputs carry the plain prompt (`unguided_input_ids`); 1.5's drops the route span.
+    """
+    if inputs.unguided_input_ids is not None:
+        return inputs.unguided_input_ids
+    return remove_route_span(inputs.input_ids)
 
 
 def combine_guidance(v_guided: torch.Tensor, v_unguided: torch.Tensor,
@@ -496,7 +527,7 @@ def _pad_mask(mask: torch.Tensor, cache_len: int, width: int) -> torch.Tensor:
 def _prefill_rows(ro: Rollout, opts: DecodeOptions, gen: torch.Generator,
                   input_ids: torch.Tensor, grid: torch.Tensor, image_embeds: torch.Tensor,
                   deepstack: list[torch.Tensor], obs: PhaseObserver,
-                  extras: dict[str, torch.Tensor], keep_extras: bool, excluded: range,
+                  extras: dict[str, torch.Tensor], keep_extras: bool, excluded: tuple[range, ...],
                   ) -> tuple[torch.Tensor, DynamicCache, torch.Tensor,
                              Callable[[torch.Tensor], torch.Tensor]]:
     """Prefill one prompt, repeat its cache per sample, pick the first token of every row."""
@@ -544,7 +575,9 @@ class TextResult:
     """Answers of `generate_text`, one per sample."""
 
     token_ids: torch.Tensor            # (S, n) generated ids, pad after <|im_end|>
-    answer_token_ids: list[list[int]]  # per sample: the ids before <|answer_end|> ([] if none)
+    # per sample: 1.5 the ids before <|answer_end|> ([] if none), 2 Super those before the
+    # text end or <|traj_future_start|>
+    answer_token_ids: list[list[int]]
     answers: list[str] | None          # decoded when a decoding tokenizer is given
     decode_steps: int
     extras: dict[str, torch.Tensor] = field(default_factory=dict)
@@ -561,8 +594,12 @@ def generate_text(model: AlpamayoR1, inputs: ModelInputs, device: torch.device |
     row; a row ends with <|im_end|> (then pad) or the token budget. The answer is the text before
     the first <|answer_end|> ("" when it never comes). The release samples (temperature 0.6,
     top-p 0.98, `DecodeOptions(sample=True)`); greedy is `sample=False`.
+    2 Super (official `text_tasks.generate_text`) masks the trajectory ids and ends a row one
+    token after <|traj_future_start|> too (meta-action answers end with it).
     """
     opts = dataclasses.replace(options or DecodeOptions(), stop_on_im_end=True)
+    super2 = model.cfg.is_2super
+    excluded = _traj_ids(model) if super2 else ()
     obs = observer or NullObserver()
     ro = Rollout(model, device, dtype)
     gen = torch.Generator(device=ro.device).manual_seed(opts.seed)
@@ -574,12 +611,16 @@ def generate_text(model: AlpamayoR1, inputs: ModelInputs, device: torch.device |
         obs.phase_end("vision", 0)
         first, cache, rope_deltas, pick = _prefill_rows(ro, opts, gen, input_ids, grid,
                                                         image_embeds, deepstack, obs, extras,
-                                                        keep_extras, range(0))
+                                                        keep_extras, excluded)
         new_ids, step = _decode_rows(ro, opts, first, cache, rope_deltas, pick, obs,
-                                     stop_at_traj=False)
+                                     stop_at_traj=super2)
     answer_ids = []
     for row in new_ids.cpu().tolist():
-        answer_ids.append(row[:row.index(ANSWER_END_ID)] if ANSWER_END_ID in row else [])
+        if super2:   # the answer is plain assistant text, up to the text end or the stop
+            ends = [row.index(i) for i in (IM_END_ID, TRAJ_FUTURE_START_ID) if i in row]
+            answer_ids.append(row[:min(ends, default=len(row))])
+        else:
+            answer_ids.append(row[:row.index(ANSWER_END_ID)] if ANSWER_END_ID in row else [])
     answers = None
     if decoder is not None:
         try:

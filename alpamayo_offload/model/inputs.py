@@ -45,6 +45,8 @@ from .tokens import (
 CAMERA_NAMES = ("camera_cross_left_120fov", "camera_front_wide_120fov",
                 "camera_cross_right_120fov", "camera_front_tele_30fov")
 CAMERA_INDICES = (0, 1, 2, 6)
+# Alpamayo 2 Super's trajectory profile: six cameras (no rear telephoto, slot 4).
+CAMERA_INDICES_2SUPER = (0, 1, 2, 3, 5, 6)
 CAMERA_SLOTS = len(CAMERA_DISPLAY_NAMES)  # Alpamayo 1.5: cameras in any of slots 0..6
 FRAMES_PER_CAMERA = 4      # t0-0.3 s ... t0 at 10 Hz, oldest first
 HISTORY_POSES = 16         # t0-1.5 s ... t0 at 10 Hz
@@ -59,6 +61,8 @@ class ModelInputs:
     image_grid_thw: torch.Tensor   # (n_images, 3) long
     ego_history_xyz: torch.Tensor  # (1, 16, 3) float32, t0 ego frame
     ego_history_rot: torch.Tensor  # (1, 16, 3, 3) float32, t0 ego frame
+    # 2 Super with navigation text: the plain prompt, navigation guidance's unguided branch.
+    unguided_input_ids: torch.Tensor | None = None
 
 
 def make_image_processor(cfg: AlpamayoConfig) -> Qwen2VLImageProcessorPil:
@@ -237,19 +241,21 @@ def camera_slots(cfg: AlpamayoConfig, n_cameras: int,
                  camera_indices: Sequence[int] | None) -> tuple[int, ...] | None:
     """Return the release slots (0..6) of the cameras, validated; None for R1 (bare images).
 
-    1.5 takes 1-7 cameras in any slots; without `camera_indices` four cameras are the release's
-    (0, 1, 2, 6). R1 runs the four release cameras only.
+    1.5 and 2 Super take 1-7 cameras in any slots; without `camera_indices` four cameras are
+    1.5's release set (0, 1, 2, 6), six are 2 Super's (0, 1, 2, 3, 5, 6). R1 runs the four
+    release cameras only.
     """
-    if not cfg.is_1_5:
+    default = CAMERA_INDICES_2SUPER if cfg.is_2super else CAMERA_INDICES
+    if not cfg.camera_text:
         if camera_indices is not None and tuple(camera_indices) != CAMERA_INDICES:
             raise ModelInputError(f"camera_indices {list(camera_indices)}: Alpamayo-R1 runs the "
                                   f"release cameras {list(CAMERA_INDICES)} only")
         return None
     if camera_indices is None:
-        if n_cameras != len(CAMERA_INDICES):
+        if n_cameras != len(default):
             raise ModelInputError(f"{n_cameras} cameras without camera_indices: name the slot "
                                   f"(0..{CAMERA_SLOTS - 1}) of each camera")
-        return CAMERA_INDICES
+        return default
     slots = tuple(int(i) for i in camera_indices)
     if len(slots) != n_cameras:
         raise ModelInputError(f"camera_indices {list(slots)} name {len(slots)} cameras; the "
@@ -290,12 +296,14 @@ def prepare_vqa_inputs(images: np.ndarray | torch.Tensor, question: str, cfg: Al
 
     The ego-history fields hold a resting history; question answering never reads them.
     """
-    if not cfg.is_1_5:
-        raise ModelInputError("questions need an Alpamayo 1.5 checkpoint (R1 has no VQA prompt)")
+    if not cfg.camera_text:
+        raise ModelInputError("questions need an Alpamayo 1.5 or 2 Super checkpoint (R1 has no "
+                              "VQA prompt)")
     slots = camera_slots(cfg, _n_cameras(images), camera_indices)
     pixel_values, grid = preprocess_images(images, cfg, device, dtype)
     merge = cfg.vision.spatial_merge_size ** 2
-    ids = build_vqa_prompt_ids(encoder, (grid.prod(-1) // merge).tolist(), question, slots)
+    ids = build_vqa_prompt_ids(encoder, (grid.prod(-1) // merge).tolist(), question, slots,
+                               cfg.is_2super)
     return ModelInputs(input_ids=ids, pixel_values=pixel_values, image_grid_thw=grid,
                        ego_history_xyz=torch.zeros(1, HISTORY_POSES, 3),
                        ego_history_rot=torch.eye(3).expand(1, HISTORY_POSES, 3, 3).clone())
@@ -321,13 +329,23 @@ def inputs_from_processed(pixel_values: torch.Tensor, image_grid_thw: torch.Tens
     """
     merge = cfg.vision.spatial_merge_size ** 2
     counts: Sequence[int] = (image_grid_thw.prod(-1) // merge).tolist()
-    if nav_text is not None and not cfg.is_1_5:
-        raise ModelInputError("nav_text needs an Alpamayo 1.5 checkpoint (R1 has no route input)")
+    if nav_text is not None and not cfg.camera_text:
+        raise ModelInputError("nav_text needs an Alpamayo 1.5 or 2 Super checkpoint (R1 has no "
+                              "route input)")
+    builds = prompt_ids is None or (cfg.is_2super and nav_text is not None)
+    if cfg.camera_text and camera_indices is None and builds:
+        camera_indices = camera_slots(cfg, len(counts) // FRAMES_PER_CAMERA, None)
+    slots = camera_indices if cfg.camera_text else None
+    hist = history_token_ids(hist_xyz, cfg.tokens)
     if prompt_ids is None:
-        if cfg.is_1_5 and camera_indices is None:
-            camera_indices = camera_slots(cfg, len(counts) // FRAMES_PER_CAMERA, None)
         prompt_ids = build_prompt_ids(encoder, counts, cfg.tokens.tokens_per_history_traj,
-                                      camera_indices if cfg.is_1_5 else None, nav_text)
-    ids = fuse_history(prompt_ids, history_token_ids(hist_xyz, cfg.tokens))
+                                      slots, nav_text, cfg.is_2super)
+    unguided = None
+    if cfg.is_2super and nav_text is not None:
+        unguided = fuse_history(build_prompt_ids(encoder, counts,
+                                                 cfg.tokens.tokens_per_history_traj, slots,
+                                                 None, True), hist)
+    ids = fuse_history(prompt_ids, hist)
     return ModelInputs(input_ids=ids, pixel_values=pixel_values, image_grid_thw=image_grid_thw,
-                       ego_history_xyz=hist_xyz.float(), ego_history_rot=hist_rot.float())
+                       ego_history_xyz=hist_xyz.float(), ego_history_rot=hist_rot.float(),
+                       unguided_input_ids=unguided)

@@ -26,6 +26,7 @@ from .config import (
     IMAGE_PAD_ID,
     MODEL_FAMILIES,
     MODEL_TYPE_1_5,
+    MODEL_TYPE_2SUPER,
     QWEN3VL_8B_NAMES,
     VIDEO_PAD_ID,
     VISION_END_ID,
@@ -72,7 +73,8 @@ TEXT_IGNORED = {
     "attention_dropout": "dropout is off at inference",
     "initializer_range": "random initialisation only",
 }
-VISION_IGNORED = {"initializer_range": "random initialisation only"}
+VISION_IGNORED = {"initializer_range": "random initialisation only",
+                  "tie_word_embeddings": "the vision encoder has no word embeddings"}
 EXPERT_IGNORED = {
     "vocab_size": "the expert has no token embedding (deleted, as in the official constructor)",
     "initializer_range": "random initialisation only",
@@ -204,7 +206,13 @@ def parse_release(release: dict[str, Any], vlm: dict[str, Any] | None) -> Alpama
     model_type = release.get("model_type") if isinstance(release, dict) else None
     if model_type not in MODEL_FAMILIES:
         raise ConfigError(f"config.json model_type = {model_type!r}: expected one of "
-                          f"{sorted(MODEL_FAMILIES)} (Alpamayo-R1 or Alpamayo 1.5)")
+                          f"{sorted(MODEL_FAMILIES)} (Alpamayo-R1, 1.5 or 2 Super)")
+    if model_type == MODEL_TYPE_2SUPER:
+        if vlm is not None:
+            raise ConfigError("a 2 Super config.json embeds its VLM config (vlm_config); "
+                              "remove the separate vlm_config.json")
+        from .release_config_2super import parse_release_2super
+        return parse_release_2super(release)
     is_1_5 = model_type == MODEL_TYPE_1_5
     top = _Section("config.json", release, TOP_READ,
                    {**TOP_IGNORED, **(TOP_IGNORED_1_5 if is_1_5 else {})}, generic=True)
@@ -484,7 +492,7 @@ def release_dict(cfg: AlpamayoConfig) -> dict[str, Any]:
         diffusion.update(inference_guidance_weight=a.guidance_weight,
                          use_classifier_free_guidance=False)
         family = {"include_camera_ids": False, "include_frame_nums": False}
-    return {
+    release = {
         **family,
         "action_in_proj_cfg": {
             "_target_": f"{pkg}.models.action_in_proj.PerWaypointActionInProjV2",
@@ -525,6 +533,10 @@ def release_dict(cfg: AlpamayoConfig) -> dict[str, Any]:
         "vlm_name_or_path": cfg.vlm_name_or_path,
         "vocab_size": cfg.text.vocab_size,
     }
+    if cfg.is_2super:
+        from .release_config_2super import release_dict_2super
+        return release_dict_2super(cfg, release)
+    return release
 
 
 def vlm_dict(cfg: AlpamayoConfig) -> dict[str, Any]:

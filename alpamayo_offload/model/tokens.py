@@ -39,6 +39,9 @@ from .errors import ModelInputError
 SYSTEM_TEXT = "You are a driving assistant that generates safe and accurate actions."
 USER_TEXT = ("output the chain-of-thought reasoning of the driving process, "
              "then output the future trajectory.")
+# 2 Super's meta-action task sentence (text_tasks.py).
+META_ACTION_TEXT = ("output the chain-of-thought reasoning of the driving process, "
+                    "then output meta actions, then output the future trajectory.")
 NEWLINE_ID = 198  # "\n" in the Qwen BPE; fixed ids of the chat roles below
 ROLE_IDS = {"system": (8948, NEWLINE_ID), "user": (872, NEWLINE_ID),
             "assistant": (77091, NEWLINE_ID)}
@@ -167,38 +170,51 @@ def _encode_parts(encoder: TextEncoder, parts: Sequence[int | str]) -> list[int]
     return ids
 
 
-def _chat(encoder: TextEncoder, user: Sequence[int | str], assistant_prefix: int) -> torch.Tensor:
-    """(1, L) ids of system turn, user turn and the open assistant turn."""
+def _chat(encoder: TextEncoder, user: Sequence[int | str],
+          assistant_prefix: int | None) -> torch.Tensor:
+    """(1, L) ids of system turn, user turn and the open assistant turn (prefix None: bare)."""
     parts: list[int | str] = [IM_START_ID, *ROLE_IDS["system"], SYSTEM_TEXT, IM_END_ID,
                               NEWLINE_ID, IM_START_ID, *ROLE_IDS["user"], *user, IM_END_ID,
-                              NEWLINE_ID, IM_START_ID, *ROLE_IDS["assistant"], assistant_prefix]
+                              NEWLINE_ID, IM_START_ID, *ROLE_IDS["assistant"]]
+    if assistant_prefix is not None:
+        parts.append(assistant_prefix)
     return torch.tensor([_encode_parts(encoder, parts)], dtype=torch.long)
 
 
 def build_prompt_ids(encoder: TextEncoder, image_token_counts: Sequence[int],
                      tokens_per_history: int = 48, camera_indices: Sequence[int] | None = None,
-                     nav_text: str | None = None) -> torch.Tensor:
+                     nav_text: str | None = None, release_2super: bool = False,
+                     instruction: str = USER_TEXT) -> torch.Tensor:
     """(1, L) prompt ids in the release chat structure, history as placeholders (spec 3.4).
 
     system turn, user turn = images + history block + [route span] + instruction, then the open
     assistant turn ending in <|cot_start|>. R1 passes no `camera_indices` (bare images); 1.5
     passes them (camera and frame text) and may pass `nav_text`, written as
     `<|route_start|>{nav_text}<|route_end|>` right after the history block.
+    `release_2super`: the assistant turn opens bare (`<|im_start|>assistant` and a newline);
+    `nav_text` goes right before the instruction with no separator and no span tokens (the
+    official nav demo); `instruction` picks the task (`META_ACTION_TEXT` for meta actions).
     """
     user = _image_block(image_token_counts, camera_indices)
     user += [TRAJ_HISTORY_START_ID, *([TRAJ_HISTORY_ID] * tokens_per_history),
              TRAJ_HISTORY_END_ID]
+    if release_2super:
+        return _chat(encoder, [*user, (nav_text or "") + instruction], None)
     if nav_text is not None:
         user += [ROUTE_START_ID, nav_text, ROUTE_END_ID]
-    return _chat(encoder, [*user, USER_TEXT], COT_START_ID)
+    return _chat(encoder, [*user, instruction], COT_START_ID)
 
 
 def build_vqa_prompt_ids(encoder: TextEncoder, image_token_counts: Sequence[int], question: str,
-                         camera_indices: Sequence[int] | None = None) -> torch.Tensor:
+                         camera_indices: Sequence[int] | None = None,
+                         release_2super: bool = False) -> torch.Tensor:
     """(1, L) Alpamayo 1.5's question prompt: images, `<|question_start|>{q}<|question_end|>`.
 
     No history and no instruction; the assistant turn opens with <|answer_start|>.
+    `release_2super`: the images then the raw question, the assistant turn opened bare.
     """
+    if release_2super:
+        return _chat(encoder, [*_image_block(image_token_counts, camera_indices), question], None)
     user = [*_image_block(image_token_counts, camera_indices), QUESTION_START_ID, question,
             QUESTION_END_ID]
     return _chat(encoder, user, ANSWER_START_ID)
@@ -223,10 +239,13 @@ def history_bins(hist_xyz: torch.Tensor, cfg: TokenConfig) -> torch.Tensor:
     """Delta-tokenise t0-frame history (..., T, 3) -> bins (..., 3T) in x0,y0,z0,x1,... order.
 
     d_0 = p_0 (relative to the t0 origin), d_k = p_k - p_{k-1}; each axis is mapped from
-    [ego_xyz_min, ego_xyz_max] to round-half-even bins 0..num_bins-1.
+    [ego_xyz_min, ego_xyz_max] to round-half-even bins 0..num_bins-1. Without
+    `history_origin_delta` (2 Super) d_0 is left out: 15 consecutive deltas, 3(T-1) bins.
     """
     xyz = hist_xyz.float()
-    deltas = torch.cat([xyz[..., :1, :], xyz[..., 1:, :] - xyz[..., :-1, :]], dim=-2)
+    deltas = xyz[..., 1:, :] - xyz[..., :-1, :]
+    if cfg.history_origin_delta:
+        deltas = torch.cat([xyz[..., :1, :], deltas], dim=-2)
     lo = torch.tensor(cfg.ego_xyz_min, dtype=torch.float32, device=xyz.device)
     hi = torch.tensor(cfg.ego_xyz_max, dtype=torch.float32, device=xyz.device)
     scaled = (deltas - lo) / (hi - lo) * (cfg.hist_num_bins - 1)

@@ -255,7 +255,7 @@ def host_issue_calls(engine: Any, model_input: Any, runs: int = 1) -> list[dict[
 
     handles = [engine.model.vlm.model.visual.register_forward_pre_hook(vision_starts)]
     handles += [m.register_forward_pre_hook(model_starts, with_kwargs=True)
-                for m in (engine.model.vlm.model.language_model, engine.model.expert)]
+                for m in (engine.model.vlm.model.language_model, engine.model.expert_lm)]
     for seq, layers in engine.model.layer_sequences().items():
         for idx, layer in enumerate(layers):
             handles += [layer.register_forward_pre_hook(begin, prepend=True),

@@ -95,3 +95,25 @@ def tiny_inputs() -> ModelInputs:
     xyz = np.stack([np.arange(-15, 1) * 0.8, np.zeros(16), np.zeros(16)], -1)
     rot = np.broadcast_to(np.eye(3), (16, 3, 3)).copy()
     return prepare_inputs(images, xyz, rot, tiny_config(), SyntheticTextIds())
+
+
+@pytest.fixture(scope='session')
+def official2s_dir() -> Path:
+    return shared_fixture('alpamayo2_super-official-tiny')
+
+
+@pytest.fixture(scope='session')
+def official2s_model(official2s_dir: Path) -> AlpamayoR1:
+    torch.set_num_threads(1)
+    return load_checkpoint(official2s_dir, dtype=torch.float32)
+
+
+@pytest.fixture(scope='session')
+def goldens2s(official2s_dir: Path) -> dict[str, torch.Tensor]:
+    return load_file(official2s_dir / 'goldens.safetensors')
+
+
+@pytest.fixture(scope='session')
+def e2e2s(official2s_dir: Path) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    return load_file(official2s_dir / 'e2e_inputs.safetensors'), load_file(
+        official2s_dir / 'e2e_outputs.safetensors')

@@ -11,17 +11,20 @@ from alpamayo_offload.model.inference import (
     _token_picker,
 )
 
-EXCLUDED = range(151669, 155669)
+EXCLUDED = (range(151669, 155669),)
+# 2 Super's trajectory decoding also masks the text end <|im_end|>.
+EXCLUDED_2SUPER = (*EXCLUDED, range(IM_END_ID, IM_END_ID + 1))
 
 
-def _torch_pick(logits: torch.Tensor, excluded: range) -> torch.Tensor:
+def _torch_pick(logits: torch.Tensor, excluded: tuple[range, ...]) -> torch.Tensor:
     masked = logits.clone()
-    masked[:, excluded.start:excluded.stop] = float('-inf')
+    for r in excluded:
+        masked[:, r.start:r.stop] = float('-inf')
     return masked.argmax(dim=-1, keepdim=True)
 
 
-def _host_pick(logits: torch.Tensor) -> torch.Tensor:
-    return _token_picker(DecodeOptions(), None, EXCLUDED, logits)(logits)
+def _host_pick(logits: torch.Tensor, excluded: tuple[range, ...] = EXCLUDED) -> torch.Tensor:
+    return _token_picker(DecodeOptions(), None, excluded, logits)(logits)
 
 
 def test_host_argmax_matches_torch_on_ties_nan_and_inf() -> None:
@@ -53,6 +56,15 @@ def test_host_argmax_never_picks_an_excluded_id() -> None:
         assert torch.equal(got, want)
     assert _host_pick(rows.clone())[:, 0].tolist() == \
         [int(rows[0, :151669].argmax()), int(rows[1, :151669].argmax()), 151668, 155690, 0, 1]
+
+
+def test_host_argmax_masks_every_excluded_range() -> None:
+    rows = torch.randn(2, 155776, generator=torch.Generator().manual_seed(2))
+    rows[0, IM_END_ID] = 99.0
+    rows[1, 152000] = rows[1, IM_END_ID] = 99.0
+    want = _torch_pick(rows, EXCLUDED_2SUPER)
+    got = _host_pick(rows.clone(), EXCLUDED_2SUPER)
+    assert torch.equal(got, want) and IM_END_ID not in got[:, 0].tolist()
 
 
 def test_host_row_ends_match_device_row_ends() -> None:
