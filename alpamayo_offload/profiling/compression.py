@@ -62,7 +62,7 @@ def compression_terms(seq: SequenceProfile, sequential: Iterable[Any],
     packed = tuple(min(int(max(moved[k])), seq.layer_bytes[k[1]]) for k in keys)
     # The first call of each layer copied it (later ones may find it in its slot).
     decode = [max(0.0, stall[k][0] - dma[k][0]) for k in keys]
-    shrunk = [i for i, (b, n) in enumerate(zip(packed, seq.layer_bytes, strict=True)) if b < n]
+    shrunk = {i for i, (b, n) in enumerate(zip(packed, seq.layer_bytes, strict=True)) if b < n}
     decoded_ms = sum(decode[i] for i in shrunk)
     if not shrunk or decoded_ms <= 0:
         LOG.warning('%s: no layer shrank or decompression took no time; compression not '
@@ -74,7 +74,7 @@ def compression_terms(seq: SequenceProfile, sequential: Iterable[Any],
               for k, v in _per_layer(packed_pipelined, 'exe_ms').items()}
     growth = overlap = 0.0
     for i in range(seq.n_layers - 1):
-        here, after = (seq.name, i), (seq.name, i + 1)
+        here = (seq.name, i)
         if here in raw and here in slowed and i + 1 in shrunk:
             growth += slowed[here] - raw[here]
             overlap += min(decode[i + 1], raw[here])
