@@ -22,7 +22,7 @@ import heapq
 import logging
 from dataclasses import dataclass
 
-from alpamayo_offload.planning.errors import BudgetError
+from alpamayo_offload.planning.errors import BudgetError, PlanningError
 from alpamayo_offload.planning.predictor import (
     Pipeline,
     Placement,
@@ -36,6 +36,7 @@ from alpamayo_offload.planning.units import format_bytes
 LOG = logging.getLogger(__name__)
 _MIB = 2**20
 _TIE_MS = 1e-6      # benefits closer than this (ms per MiB) are treated as equal
+COMPRESSION_CHOICES = ('auto', 'off', 'on')
 # As the runtime's VRAM accounting counts a device buffer: the caching allocator's 512-byte
 # blocks, and a slot's staging buffer with room to align its start.
 _ALLOCATOR_ROUND = 512
@@ -76,8 +77,9 @@ class PlannerOptions:
     max_decode_tokens: int | None = None         # the engine's limit, for VRAM; None: as profiled
     # Choose as if the CPU issued work this many times slower than profiled (1: as profiled).
     cpu_headroom: float = 1.0
-    # May compress (only where the profile measured compression).
-    allow_compression: bool = True
+    # 'auto': compress where the profile measured compression and it pays; 'off': never;
+    # 'on': only plans with compression (a benchmark's compressed row; needs measured terms).
+    compression: str = 'auto'
 
     def __post_init__(self) -> None:
         if not 1.0 <= self.cpu_headroom <= 4.0:
@@ -85,6 +87,9 @@ class PlannerOptions:
                              f'profiled CPU) to 4')
         if self.sequences is not None and not self.sequences:
             raise ValueError('PlannerOptions.sequences is empty; give None (all) or a name')
+        if self.compression not in COMPRESSION_CHOICES:
+            raise ValueError(f'PlannerOptions.compression = {self.compression!r}; allowed: '
+                             f'{COMPRESSION_CHOICES}')
         if self.max_decode_tokens is not None and self.max_decode_tokens < 1:
             raise ValueError(f'PlannerOptions.max_decode_tokens = {self.max_decode_tokens}; '
                              f'give at least 1, or None (as profiled)')
@@ -280,15 +285,24 @@ def plan(profile: Profile, budget_bytes: int, options: PlannerOptions = PlannerO
     judged = profile if options.cpu_headroom == 1.0 else profile.with_host_scaled(
         options.cpu_headroom)
     host_options = (False, True) if options.allow_embed_on_host else (False,)
-    candidates = [_greedy(judged, budget_bytes, options, host) for host in host_options]
-    if options.allow_compression and profile.compression_measured:
+    if options.compression == 'on' and not profile.compression_measured:
+        raise PlanningError('compression on needs a profile with compression terms (made where '
+                            'nvCOMP imports); this one has none: plan with compression auto or '
+                            'off, or re-profile')
+    candidates: list[PlanResult | None] = []
+    if options.compression != 'on':
+        candidates += [_greedy(judged, budget_bytes, options, host) for host in host_options]
+    if options.compression != 'off' and profile.compression_measured:
         candidates += [_greedy(judged, budget_bytes, options, host, compression=True)
                        for host in host_options]
-    if 'lm' in _streamed_sequences(profile) and (options.sequences is None
-                                                  or 'lm' in options.sequences):
+    if options.compression != 'on' and 'lm' in _streamed_sequences(profile) and (
+            options.sequences is None or 'lm' in options.sequences):
         candidates += [interleaved_plan(judged, budget_bytes, options, 'lm', host)
                        for host in host_options]
     found = [c for c in candidates if c is not None]
+    if not found:
+        raise BudgetError(f'no compressed plan fits {format_bytes(budget_bytes)} (the staging '
+                          'buffers do not fit): plan with compression auto or off')
     best = min(found, key=lambda c: (c.prediction.total_ms, c.vram.total))
     if judged is not profile:
         best = dataclasses.replace(best, prediction=predict(

@@ -25,6 +25,7 @@ from alpamayo_offload.planning.params import (
     write_plan_params,
 )
 from alpamayo_offload.planning.planner import (
+    COMPRESSION_CHOICES,
     PlannerOptions,
     interleaved_plan,
     minimum_budget,
@@ -94,9 +95,9 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument('--model', default=None,
                    help='model in use (preset or checkpoint); refuses a profile of another one')
     p.add_argument('--force', action='store_true', help='use a profile from another GPU or model')
-    p.add_argument('--no-compression', action='store_true',
-                   help='never compress layers (by default the planner may where the profile '
-                        'measured compression)')
+    p.add_argument('--compression', choices=COMPRESSION_CHOICES, default='auto',
+                   help="auto: compress layers where the profile measured compression and it "
+                        "pays; off: never; on: only compressed plans (default %(default)s)")
 
 
 def _options(args: argparse.Namespace, profile: Profile) -> PlannerOptions:
@@ -113,7 +114,7 @@ def _options(args: argparse.Namespace, profile: Profile) -> PlannerOptions:
                           sequences=tuple(m.strip() for m in args.modules.split(',') if m.strip()),
                           max_decode_tokens=args.max_decode_tokens,
                           cpu_headroom=args.cpu_headroom,
-                          allow_compression=not args.no_compression)
+                          compression=args.compression)
 
 
 def _gpu() -> tuple[str | None, int | None, str | None]:
