@@ -308,6 +308,7 @@ def predict(profile: Profile, placement: Placement, workload: Workload = Workloa
     copy_free = 0.0                   # copy engine idle from
     decode_free = 0.0                 # decompression stream idle from
     last_start = 0.0                  # start of the latest layer compute
+    last_reader: int | None = None    # its slot (None: a resident layer)
     compute_free = 0.0                # compute engine idle from
     host = 0.0                        # host thread reaches this point of the issue order
     issued = 0.0                      # host time the next streamed layer's copy was issued
@@ -362,6 +363,8 @@ def predict(profile: Profile, placement: Placement, workload: Workload = Workloa
                                              - max(begin, last_start))
                         compute_free += slowed
                         busy += slowed
+                        if last_reader is not None:
+                            slot_free[last_reader] = compute_free
                     holder[slot] = key
                 issued = host          # this layer's hook issues the next streamed copy
                 last_slot = slot
@@ -370,6 +373,7 @@ def predict(profile: Profile, placement: Placement, workload: Workload = Workloa
             issuing[p.phase] += issue
             last_start = start
             compute_free = max(start + exe, host)
+            last_reader = None if key in resident else last_slot
             if key not in resident:
                 slot_free[last_slot] = compute_free
             busy += exe
