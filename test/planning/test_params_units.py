@@ -67,6 +67,43 @@ def test_plan_files_record_the_cpu_headroom_and_older_files_read_as_one(
             read_plan_params(path)
 
 
+def test_compressed_layers_and_compression_round_trip(tmp_path: Path) -> None:
+    path = tmp_path / 'packed.yaml'
+    write_plan_params(path, PlanParams(resident={'lm': (0,)}, compressed={'lm': (2, 5),
+                                                                          'expert': (1,)},
+                                       compression='on'))
+    flat = flatten_parameters(yaml.safe_load(path.read_text())['/**']['ros__parameters'])
+    assert flat['compressed_layers.lm'] == [2, 5] and flat['compressed_layers.vit'] == [-1]
+    assert flat['compression'] == 'on'
+    back = read_plan_params(path)
+    assert back.compressed == {'vit': (), 'lm': (2, 5), 'expert': (1,)}
+    assert back.compression == 'on' and back.resident['lm'] == (0,)
+
+
+def test_raw_plan_files_without_compression_keys_read_as_raw(tmp_path: Path) -> None:
+    path = tmp_path / 'raw.yaml'
+    write_plan_params(path, PlanParams(resident={'lm': (1,)}))
+    text = path.read_text()
+    start = text.index('    compressed_layers:')
+    path.write_text(text[:start] + text[text.index('    embed_on_host:'):])
+    back = read_plan_params(path)
+    assert back.compression == 'off' and back.compressed == {m: () for m in ('vit', 'lm',
+                                                                            'expert')}
+
+
+def test_bad_compression_in_plan_files_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="compression is 'off'"):
+        PlanParams(compressed={'lm': (1,)})
+    with pytest.raises(ValueError, match='both resident and compressed'):
+        PlanParams(resident={'lm': (1,)}, compressed={'lm': (1,)}, compression='on')
+    path = tmp_path / 'bad.yaml'
+    write_plan_params(path, PlanParams(resident={'lm': (1,)}))
+    path.write_text(path.read_text().replace("compression: 'off'", 'compression: lossy')
+                    .replace('compression: off', 'compression: lossy'))
+    with pytest.raises(PlanFileError, match="compression = 'lossy'"):
+        read_plan_params(path)
+
+
 def test_plan_files_without_norms_leave_the_node_its_own(tmp_path: Path) -> None:
     """Files from before fused norms have no `fused_norms`; a wrong type is refused."""
     path = tmp_path / 'old.yaml'
