@@ -298,6 +298,9 @@ def _summary(profile: Profile) -> str:
     lines.append(f'pinned copy {profile.machine.pinned_h2d_gbps:.2f} GB/s'
                  + (f" (highest of {', '.join(f'{x:.2f}' for x in probes)})" if probes else ''))
     lines.append(f'host pre/postprocessing {profile.host_ms:.1f} ms')
+    for phase, fit in profile.settings.get('fitted_tails', {}).items():
+        lines.append(f"{phase}: non-layer time {fit['sequential_ms']:.1f} ms sequential, "
+                     f"{fit['fitted_ms']:.1f} ms fitted to a pipelined run")
     for seq in profile.sequences:
         if seq.compression_measured:
             ratio = sum(seq.compressed_bytes) / sum(seq.layer_bytes)
@@ -306,7 +309,4 @@ def _summary(profile: Profile) -> str:
                          f'{seq.decompress_contention:.2f}')
     if not profile.compression_measured:
         lines.append(f"compression: {profile.settings.get('compression', 'not measured')}")
-    for phase, fit in profile.settings.get('fitted_tails', {}).items():
-        lines.append(f"{phase}: non-layer time {fit['sequential_ms']:.1f} ms sequential, "
-                     f"{fit['fitted_ms']:.1f} ms fitted to a pipelined run")
     return '\n'.join(lines)

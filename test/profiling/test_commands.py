@@ -155,10 +155,19 @@ def test_profile_summary_says_what_was_measured_and_fitted() -> None:
         'vision: non-layer time 10.9 ms sequential, 5.6 ms fitted to a pipelined run',
         'prefill: non-layer time 8.3 ms sequential, 0.5 ms fitted to a pipelined run',
         'decode: non-layer time 0.5 ms sequential, 0.0 ms fitted to a pipelined run',
-        'diffusion: non-layer time 0.4 ms sequential, 0.0 ms fitted to a pipelined run']
+        'diffusion: non-layer time 0.4 ms sequential, 0.0 ms fitted to a pipelined run',
+        'compression: not measured (migrated from schema 6)']
     # a profile without the fit and the probes (the paper's) says only what it has
     assert commands._summary(table3_profile()).splitlines()[3:] == [
-        'pinned copy 33.40 GB/s', 'host pre/postprocessing 0.0 ms']
+        'pinned copy 33.40 GB/s', 'host pre/postprocessing 0.0 ms', 'compression: not measured']
+
+
+def test_profile_summary_gives_the_compression_terms(tmp_path: Path) -> None:
+    profile, _ = load_profile(_with_compression(tmp_path / 'profile.json'))
+    lines = commands._summary(profile).splitlines()
+    assert lines[-3:] == [
+        f'{name} compressed: 0.685 of its bytes, decompression 320 GB/s, SM contention 0.10'
+        for name in ('vit', 'lm', 'expert')]
 
 
 def _with_compression(path: Path, ratio: float = 0.685, gbps: float = 320.0) -> Path:
