@@ -4,7 +4,8 @@ ROS 2 cannot infer the type of an empty YAML list, so a module with no resident 
 as `[-1]` (`NO_LAYERS`). `resident_to_param` / `resident_from_param` are the one place that
 convention lives; the node imports them to read `resident_layers.<module>` and
 `compressed_layers.<module>` (layers kept compressed in VRAM). `compression` says how streamed
-layers travel: 'off' (raw) or 'on' (compressed; needed by any kept-compressed layer).
+layers travel: 'off' (raw) or 'on' (compressed; needed by any kept-compressed layer). A raw plan
+writes neither (`COMPRESSION_KEYS`), so its file is what a node without compression reads.
 """
 from __future__ import annotations
 
@@ -21,9 +22,10 @@ from alpamayo_offload.planning.units import parse_bytes
 NO_LAYERS = -1
 MODULES = ('vit', 'lm', 'expert')
 COMPRESSION = ('off', 'on')
-# Flattened ROS parameter names this file defines (what the node declares).
-PARAM_KEYS = (*(f'resident_layers.{m}' for m in MODULES),
-              *(f'compressed_layers.{m}' for m in MODULES), 'compression', 'embed_on_host',
+# Flattened ROS parameter names of a compressed plan only.
+COMPRESSION_KEYS = (*(f'compressed_layers.{m}' for m in MODULES), 'compression')
+# Flattened ROS parameter names this file defines (what the node declares), in file order.
+PARAM_KEYS = (*(f'resident_layers.{m}' for m in MODULES), *COMPRESSION_KEYS, 'embed_on_host',
               'fused_norms', 'vram_budget', 'plan.predicted_latency_s', 'plan.profile',
               'plan.cpu_sensitive_phases', 'plan.cpu_headroom')
 
@@ -104,11 +106,13 @@ class PlanParams:
     def to_yaml_dict(self) -> dict[str, Any]:
         """Return the nested mapping written under `/**: ros__parameters`."""
         norms = {} if self.fused_norms is None else {'fused_norms': bool(self.fused_norms)}
-        return {'/**': {'ros__parameters': {
-            'resident_layers': {m: resident_to_param(self.resident.get(m, ())) for m in MODULES},
+        packed = {} if self.compression == 'off' else {
             'compressed_layers': {m: resident_to_param(self.compressed.get(m, ()))
                                   for m in MODULES},
-            'compression': self.compression,
+            'compression': self.compression}
+        return {'/**': {'ros__parameters': {
+            'resident_layers': {m: resident_to_param(self.resident.get(m, ())) for m in MODULES},
+            **packed,
             'embed_on_host': bool(self.embed_on_host),
             **norms,
             'vram_budget': self.vram_budget,
@@ -132,7 +136,7 @@ def read_plan_params(path: str | Path) -> PlanParams:
         data = yaml.safe_load(Path(path).read_text())
         ros = data['/**']['ros__parameters']
         layers = ros['resident_layers']
-        kept = ros.get('compressed_layers', {})             # optional: raw plans
+        kept = ros.get('compressed_layers', {})             # absent from raw plans
         plan = ros['plan']
         return PlanParams(
             resident={m: resident_from_param(layers[m]) for m in MODULES},
