@@ -26,6 +26,7 @@ that compression pays): it exercises the command on the CPU, its predictions mea
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import statistics
@@ -128,19 +129,21 @@ def _apply(engine: Engine, placement: Placement, budget: int) -> float:
 def planned_rows(engine: Engine, profile: Profile, budgets: list[float], inputs: Any,
                  args: argparse.Namespace, ref: Any, start: float) -> list[dict[str, Any]]:
     """Measure the raw and the planned plan of each budget against their predictions."""
-    workload = Workload(21, 10)
+    # The engine's budget check counts the working set for its own decode-token limit.
+    options = PlannerOptions(workload=Workload(21, 10),
+                             max_decode_tokens=engine.config.max_decode_tokens)
     rows: list[dict[str, Any]] = []
     for gib in budgets:
         budget = int(gib * GIB)
         try:
-            raw = plan(profile, budget, PlannerOptions(workload=workload, compression='off'))
-            best = plan(profile, budget, PlannerOptions(workload=workload))
+            raw = plan(profile, budget, dataclasses.replace(options, compression='off'))
+            best = plan(profile, budget, options)
         except BudgetError as err:
             rows.append({'budget_gib': gib, 'plan': 'raw', 'skipped': str(err)})
             continue
         try:
             packed: PlanResult | None = plan(profile, budget,
-                                             PlannerOptions(workload=workload, compression='on'))
+                                             dataclasses.replace(options, compression='on'))
         except PlanningError as err:
             packed = None
             rows.append({'budget_gib': gib, 'plan': 'compressed', 'skipped': str(err)})
