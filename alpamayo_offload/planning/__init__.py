@@ -20,6 +20,7 @@ from alpamayo_offload.planning.errors import (
 )
 from alpamayo_offload.planning.identity import model_identity
 from alpamayo_offload.planning.params import (
+    COMPRESSION_KEYS,
     NO_LAYERS,
     PARAM_KEYS,
     PlanParams,
@@ -34,7 +35,8 @@ from alpamayo_offload.planning.profile import Profile, check_profile, load_profi
 from alpamayo_offload.planning.units import format_bytes, parse_budget, parse_bytes
 
 __all__ = [
-    'NO_LAYERS', 'PARAM_KEYS', 'BudgetError', 'PlanFileError', 'PlanParams', 'PlanResult',
+    'COMPRESSION_KEYS', 'NO_LAYERS', 'PARAM_KEYS', 'BudgetError', 'PlanFileError', 'PlanParams',
+    'PlanResult',
     'PlannerOptions', 'PlanningError', 'Pipeline', 'Placement', 'Prediction', 'Profile',
     'ProfileFormatError', 'StaleProfileError', 'Workload', 'check_profile', 'format_bytes',
     'load_profile', 'minimum_budget', 'model_identity', 'parse_budget', 'parse_bytes', 'plan',

@@ -2,7 +2,10 @@
 
 ROS 2 cannot infer the type of an empty YAML list, so a module with no resident layer is written
 as `[-1]` (`NO_LAYERS`). `resident_to_param` / `resident_from_param` are the one place that
-convention lives; the node imports them to read `resident_layers.<module>`.
+convention lives; the node imports them to read `resident_layers.<module>` and
+`compressed_layers.<module>` (layers kept compressed in VRAM). `compression` says how streamed
+layers travel: 'off' (raw) or 'on' (compressed; needed by any kept-compressed layer). A raw plan
+writes neither (`COMPRESSION_KEYS`), so its file is what a node without compression reads.
 """
 from __future__ import annotations
 
@@ -18,9 +21,12 @@ from alpamayo_offload.planning.units import parse_bytes
 
 NO_LAYERS = -1
 MODULES = ('vit', 'lm', 'expert')
-# Flattened ROS parameter names this file defines (what the node declares).
-PARAM_KEYS = (*(f'resident_layers.{m}' for m in MODULES), 'embed_on_host', 'fused_norms',
-              'vram_budget', 'plan.predicted_latency_s', 'plan.profile',
+COMPRESSION = ('off', 'on')
+# Flattened ROS parameter names of a compressed plan only.
+COMPRESSION_KEYS = (*(f'compressed_layers.{m}' for m in MODULES), 'compression')
+# Flattened ROS parameter names this file defines (what the node declares), in file order.
+PARAM_KEYS = (*(f'resident_layers.{m}' for m in MODULES), *COMPRESSION_KEYS, 'embed_on_host',
+              'fused_norms', 'vram_budget', 'plan.predicted_latency_s', 'plan.profile',
               'plan.cpu_sensitive_phases', 'plan.cpu_headroom')
 
 
@@ -62,6 +68,9 @@ class PlanParams:
 
     resident: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     embed_on_host: bool = False
+    # Layers kept compressed in VRAM, and how streamed layers travel (COMPRESSION).
+    compressed: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    compression: str = 'off'
     # The norms the profile was timed with, so the node runs what was predicted (None: not
     # written; the node keeps its own `fused_norms`).
     fused_norms: bool | None = None
@@ -76,17 +85,34 @@ class PlanParams:
     cpu_headroom: float = 1.0
 
     def __post_init__(self) -> None:
-        unknown = sorted(set(self.resident) - set(MODULES))
-        if unknown:
-            raise ValueError(f'PlanParams.resident has modules {unknown}; allowed: {MODULES}')
+        for name in ('resident', 'compressed'):
+            unknown = sorted(set(getattr(self, name)) - set(MODULES))
+            if unknown:
+                raise ValueError(f'PlanParams.{name} has modules {unknown}; allowed: {MODULES}')
+        if self.compression not in COMPRESSION:
+            raise ValueError(f'PlanParams.compression = {self.compression!r}; allowed: '
+                             f'{COMPRESSION}')
+        if self.compression == 'off' and any(self.compressed.values()):
+            raise ValueError('PlanParams.compressed names layers kept compressed but '
+                             "compression is 'off'; give compression 'on'")
+        for m in MODULES:
+            both = sorted(set(self.resident.get(m, ())) & set(self.compressed.get(m, ())))
+            if both:
+                raise ValueError(f'PlanParams: {m} layers {both} are both resident and '
+                                 'compressed; give each layer one placement')
         if self.vram_budget:
             parse_bytes(self.vram_budget)
 
     def to_yaml_dict(self) -> dict[str, Any]:
         """Return the nested mapping written under `/**: ros__parameters`."""
         norms = {} if self.fused_norms is None else {'fused_norms': bool(self.fused_norms)}
+        packed = {} if self.compression == 'off' else {
+            'compressed_layers': {m: resident_to_param(self.compressed.get(m, ()))
+                                  for m in MODULES},
+            'compression': self.compression}
         return {'/**': {'ros__parameters': {
             'resident_layers': {m: resident_to_param(self.resident.get(m, ())) for m in MODULES},
+            **packed,
             'embed_on_host': bool(self.embed_on_host),
             **norms,
             'vram_budget': self.vram_budget,
@@ -110,9 +136,12 @@ def read_plan_params(path: str | Path) -> PlanParams:
         data = yaml.safe_load(Path(path).read_text())
         ros = data['/**']['ros__parameters']
         layers = ros['resident_layers']
+        kept = ros.get('compressed_layers', {})             # absent from raw plans
         plan = ros['plan']
         return PlanParams(
             resident={m: resident_from_param(layers[m]) for m in MODULES},
+            compressed={m: resident_from_param(kept.get(m, [NO_LAYERS])) for m in MODULES},
+            compression=_typed(ros.get('compression', 'off'), str, 'compression'),
             embed_on_host=_typed(ros['embed_on_host'], bool, 'embed_on_host'),
             fused_norms=_typed(ros.get('fused_norms'), (bool, type(None)), 'fused_norms'),
             vram_budget=_typed(ros['vram_budget'], str, 'vram_budget'),
@@ -128,6 +157,8 @@ def read_plan_params(path: str | Path) -> PlanParams:
     except (KeyError, TypeError) as err:
         raise PlanFileError(f'plan file {str(path)!r} lacks key {err}; expected '
                             f'/**: ros__parameters with {", ".join(PARAM_KEYS)}') from err
+    except ValueError as err:
+        raise PlanFileError(f'plan file {str(path)!r}: {err}') from err
 
 
 def _headroom(value: Any) -> float:

@@ -8,6 +8,12 @@ layer that joins the shortest run of consecutive residents and lies farthest fro
 (the interleaving of Eq. 8, generalised). It runs
 once with the token embedding on the GPU and once with it on the host, and the result is never
 worse than the paper's interleaved VLM-only plan for the same budget (that plan is a candidate).
+
+Where the profile measured compression, the search also runs with compression on: streamed
+layers then stream compressed (staging buffers join the slots), and each step may move a layer
+from streamed to kept compressed in VRAM or to resident raw, or from kept compressed to resident
+raw, whichever saves the most time per byte. Without measured compression terms it never
+compresses.
 """
 from __future__ import annotations
 
@@ -16,7 +22,7 @@ import heapq
 import logging
 from dataclasses import dataclass
 
-from alpamayo_offload.planning.errors import BudgetError
+from alpamayo_offload.planning.errors import BudgetError, PlanningError
 from alpamayo_offload.planning.predictor import (
     Pipeline,
     Placement,
@@ -30,6 +36,15 @@ from alpamayo_offload.planning.units import format_bytes
 LOG = logging.getLogger(__name__)
 _MIB = 2**20
 _TIE_MS = 1e-6      # benefits closer than this (ms per MiB) are treated as equal
+COMPRESSION_CHOICES = ('auto', 'off', 'on')
+# As the runtime's VRAM accounting counts a device buffer: the caching allocator's 512-byte
+# blocks, and a slot's staging buffer with room to align its start.
+_ALLOCATOR_ROUND = 512
+_TENSOR_ALIGN = 256
+
+
+def _device_bytes(nbytes: int) -> int:
+    return max(_ALLOCATOR_ROUND, -(-nbytes // _ALLOCATOR_ROUND) * _ALLOCATOR_ROUND)
 
 
 @dataclass(frozen=True)
@@ -41,11 +56,14 @@ class VramBreakdown:
     working_set: int
     slots: int
     resident: int
+    staging: int = 0        # both slots' staging buffers for compressed copies
+    compressed: int = 0     # layers kept compressed in VRAM
 
     @property
     def total(self) -> int:
         """Everything the inference holds in the torch allocator at its peak."""
-        return self.fixed + self.embed + self.working_set + self.slots + self.resident
+        return (self.fixed + self.embed + self.working_set + self.slots + self.resident
+                + self.staging + self.compressed)
 
 
 @dataclass(frozen=True)
@@ -59,6 +77,9 @@ class PlannerOptions:
     max_decode_tokens: int | None = None         # the engine's limit, for VRAM; None: as profiled
     # Choose as if the CPU issued work this many times slower than profiled (1: as profiled).
     cpu_headroom: float = 1.0
+    # 'auto': compress where the profile measured compression and it pays; 'off': never;
+    # 'on': only plans with compression (a benchmark's compressed row; needs measured terms).
+    compression: str = 'auto'
 
     def __post_init__(self) -> None:
         if not 1.0 <= self.cpu_headroom <= 4.0:
@@ -66,6 +87,9 @@ class PlannerOptions:
                              f'profiled CPU) to 4')
         if self.sequences is not None and not self.sequences:
             raise ValueError('PlannerOptions.sequences is empty; give None (all) or a name')
+        if self.compression not in COMPRESSION_CHOICES:
+            raise ValueError(f'PlannerOptions.compression = {self.compression!r}; allowed: '
+                             f'{COMPRESSION_CHOICES}')
         if self.max_decode_tokens is not None and self.max_decode_tokens < 1:
             raise ValueError(f'PlannerOptions.max_decode_tokens = {self.max_decode_tokens}; '
                              f'give at least 1, or None (as profiled)')
@@ -91,22 +115,36 @@ def vram_needed(profile: Profile, placement: Placement,
                 max_decode_tokens: int | None = None) -> VramBreakdown:
     """VRAM of a placement: non-layer modules, working set, two slots, resident layers.
 
+    With compression, also the layers kept compressed (their compressed bytes) and one staging
+    buffer per slot sized to the largest compressed layer that streams. A layer the codec does
+    not shrink streams raw even when the plan keeps it compressed, as the runtime does.
     The working set is counted for an engine that decodes at most `max_decode_tokens` (None: as
     profiled), as that engine's budget check will count it.
     """
     resident = 0
     largest_streamed = 0
+    kept = 0
+    largest_packed = 0
     for name in _streamed_sequences(profile):
         seq = profile.sequence(name)
         chosen = placement.resident.get(name, frozenset())
+        compressed = placement.compressed.get(name, frozenset())
         for i in range(seq.n_layers):
             if i in chosen:
                 resident += seq.resident_footprint(i)
+                continue
+            largest_streamed = max(largest_streamed, seq.slot_footprint(i))
+            if not (placement.compression and seq.shrinks(i)):
+                continue
+            if i in compressed:
+                kept += _device_bytes(seq.compressed_bytes[i])
             else:
-                largest_streamed = max(largest_streamed, seq.slot_footprint(i))
+                largest_packed = max(largest_packed, seq.compressed_bytes[i])
     v = profile.vram
+    staging = 2 * _device_bytes(largest_packed + _TENSOR_ALIGN) if largest_packed else 0
     return VramBreakdown(v.fixed_bytes, 0 if placement.embed_on_host else v.embed_bytes,
-                         v.working_set_for(max_decode_tokens), 2 * largest_streamed, resident)
+                         v.working_set_for(max_decode_tokens), 2 * largest_streamed, resident,
+                         staging, kept)
 
 
 def _vram(profile: Profile, placement: Placement, options: PlannerOptions) -> VramBreakdown:
@@ -115,7 +153,10 @@ def _vram(profile: Profile, placement: Placement, options: PlannerOptions) -> Vr
 
 def minimum_budget(profile: Profile, allow_embed_on_host: bool = True,
                    max_decode_tokens: int | None = None) -> int:
-    """Return the smallest budget any plan fits: nothing resident, embedding on host if allowed."""
+    """Return the smallest budget any plan fits: nothing resident, embedding on host if allowed.
+
+    Streaming raw needs no staging buffers, so the raw plan is the smallest.
+    """
     return vram_needed(profile, Placement.of(embed_on_host=allow_embed_on_host),
                        max_decode_tokens).total
 
@@ -143,9 +184,20 @@ def _crowding(placement: Placement, name: str, index: int, n_layers: int) -> tup
     return 1 + left + right, -min((abs(index - i) for i in chosen), default=n_layers)
 
 
+# A greedy move: resident raw (`_RAW`) or kept compressed (`_KEEP`).
+_RAW = 0
+_KEEP = 1
+
+
+def _moved(placement: Placement, name: str, index: int, target: int) -> Placement:
+    if target == _RAW:
+        return placement.with_layer(name, index)
+    return placement.with_compressed(name, index)
+
+
 def _greedy(profile: Profile, budget_bytes: int, options: PlannerOptions,
-            embed_on_host: bool) -> PlanResult | None:
-    placement = Placement.of(embed_on_host=embed_on_host)
+            embed_on_host: bool, compression: bool = False) -> PlanResult | None:
+    placement = Placement.of(embed_on_host=embed_on_host, compression=compression)
     if _vram(profile, placement, options).total > budget_bytes:
         return None
     names = [n for n in _streamed_sequences(profile)
@@ -154,30 +206,36 @@ def _greedy(profile: Profile, budget_bytes: int, options: PlannerOptions,
     used = _vram(profile, placement, options).total
     version = 0
 
-    def key(name: str, index: int) -> tuple[float, tuple[int, int], int, int]:
+    def key(name: str, index: int, target: int) -> tuple[float, tuple[int, int], int, int, int]:
         """Heap key (smaller pops first): density, crowding, then a stable order."""
-        trial = placement.with_layer(name, index)
+        trial = _moved(placement, name, index, target)
         gain = current - predict(profile, trial, options.workload, options.pipeline).total_ms
         extra = _vram(profile, trial, options).total - used
         density = float('inf') if extra <= 0 else gain / (extra / _MIB)
         seq = profile.sequence(name)
         rounded = round(density / _TIE_MS) * _TIE_MS if density != float('inf') else density
         return (-rounded, _crowding(placement, name, index, seq.n_layers),
-                names.index(name), index)
+                names.index(name), index, target)
 
-    heap = [(key(n, i), version, n, i) for n in names for i in range(profile.sequence(n).n_layers)]
+    targets = (_RAW, _KEEP) if compression else (_RAW,)
+    heap = [(key(n, i, t), version, n, i, t) for n in names
+            for i in range(profile.sequence(n).n_layers) for t in targets
+            if t == _RAW or profile.sequence(n).shrinks(i)]
     heapq.heapify(heap)
     while heap:
-        k, stamp, name, index = heapq.heappop(heap)
+        k, stamp, name, index, target = heapq.heappop(heap)
+        if index in placement.resident.get(name, frozenset()) or (
+                target == _KEEP and index in placement.compressed.get(name, frozenset())):
+            continue                                # already placed so (or better)
         if stamp != version:
-            fresh = key(name, index)
+            fresh = key(name, index, target)
             if heap and fresh > heap[0][0]:
-                heapq.heappush(heap, (fresh, version, name, index))
+                heapq.heappush(heap, (fresh, version, name, index, target))
                 continue
             k = fresh
         if -k[0] <= 0:
             break                                   # nothing left that saves time
-        trial = placement.with_layer(name, index)
+        trial = _moved(placement, name, index, target)
         need = _vram(profile, trial, options).total
         if need > budget_bytes:
             continue                                # does not fit; smaller layers may
@@ -185,7 +243,7 @@ def _greedy(profile: Profile, budget_bytes: int, options: PlannerOptions,
         current = predict(profile, placement, options.workload, options.pipeline).total_ms
     prediction = predict(profile, placement, options.workload, options.pipeline)
     return PlanResult(placement, prediction, _vram(profile, placement, options), budget_bytes,
-                      'greedy')
+                      'greedy-compressed' if compression else 'greedy')
 
 
 def interleaved_indices(k: int, n_layers: int) -> tuple[int, ...]:
@@ -227,18 +285,31 @@ def plan(profile: Profile, budget_bytes: int, options: PlannerOptions = PlannerO
     judged = profile if options.cpu_headroom == 1.0 else profile.with_host_scaled(
         options.cpu_headroom)
     host_options = (False, True) if options.allow_embed_on_host else (False,)
-    candidates = [_greedy(judged, budget_bytes, options, host) for host in host_options]
-    if 'lm' in _streamed_sequences(profile) and (options.sequences is None
-                                                  or 'lm' in options.sequences):
+    if options.compression == 'on' and not profile.compression_measured:
+        raise PlanningError('compression on needs a profile with compression terms (made where '
+                            'nvCOMP imports); this one has none: plan with compression auto or '
+                            'off, or re-profile')
+    candidates: list[PlanResult | None] = []
+    if options.compression != 'on':
+        candidates += [_greedy(judged, budget_bytes, options, host) for host in host_options]
+    if options.compression != 'off' and profile.compression_measured:
+        candidates += [_greedy(judged, budget_bytes, options, host, compression=True)
+                       for host in host_options]
+    if options.compression != 'on' and 'lm' in _streamed_sequences(profile) and (
+            options.sequences is None or 'lm' in options.sequences):
         candidates += [interleaved_plan(judged, budget_bytes, options, 'lm', host)
                        for host in host_options]
     found = [c for c in candidates if c is not None]
+    if not found:
+        raise BudgetError(f'no compressed plan fits {format_bytes(budget_bytes)} (the staging '
+                          'buffers do not fit): plan with compression auto or off')
     best = min(found, key=lambda c: (c.prediction.total_ms, c.vram.total))
     if judged is not profile:
         best = dataclasses.replace(best, prediction=predict(
             profile, best.placement, options.workload, options.pipeline))
-    LOG.info('plan for %s: %.3f s predicted (%s, %d resident layers, embed on host: %s, '
-             'CPU headroom %.2f)', format_bytes(budget_bytes), best.prediction.total_s,
-             best.strategy, best.placement.count(), best.placement.embed_on_host,
-             options.cpu_headroom)
+    LOG.info('plan for %s: %.3f s predicted (%s, %d resident layers, %d kept compressed, '
+             'compression %s, embed on host: %s, CPU headroom %.2f)', format_bytes(budget_bytes),
+             best.prediction.total_s, best.strategy, best.placement.count(),
+             best.placement.compressed_count(), best.placement.compression,
+             best.placement.embed_on_host, options.cpu_headroom)
     return best

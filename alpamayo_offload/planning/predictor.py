@@ -32,6 +32,15 @@ host-side gather waits right before the model's forward, so only the gather and 
 prologue (`host_prologue_ms`) follow the wait; the rest of the lead overlaps the previous
 pass's compute.
 
+Compression adds a fourth engine, the decompression stream, and four placements per layer:
+resident raw; kept compressed in VRAM (`Placement.compressed`: no copy, its decompression into
+a slot waits only for the slot's previous reader); streamed compressed (`Placement.compression`:
+the copy moves the layer's compressed bytes, then the decompression waits for that copy, and the
+compute for the decompression, so the copy of layer i+1 runs while layer i decompresses and
+layer i-1 computes); streamed raw (a layer the codec does not shrink streams raw, as the runtime
+does, and everything streams raw without `compression`). A decompression running alongside a
+compute slows it by the sequence's measured SM contention times their overlap.
+
 Per-layer compute is the median over the profiled passes, never the mean (one stalled call would
 be charged to every pass). In pipelined mode a copy runs at the machine's pinned host-to-device
 peak when the profile has one: the runtime's double buffer keeps the copy engine at 100 % of it
@@ -42,7 +51,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from alpamayo_offload.planning.profile import Profile
 
@@ -74,41 +83,83 @@ class Workload:
                 'diffusion': self.diffusion_steps}[repeats]
 
 
+def _cleaned(table: Mapping[str, Iterable[int]] | None) -> dict[str, frozenset[int]]:
+    """Sorted by sequence, indices as frozensets, empty sequences dropped."""
+    sets = {k: frozenset(int(i) for i in v) for k, v in (table or {}).items()}
+    return {k: v for k, v in sorted(sets.items()) if v}
+
+
 @dataclass(frozen=True)
 class Placement:
-    """Which layers stay on the GPU, per sequence, and whether the embedding is on the host."""
+    """Each layer's placement, per sequence, and whether the embedding is on the host.
+
+    `resident` layers stay raw in VRAM; `compressed` ones stay compressed in VRAM and decompress
+    into a slot each pass; the others stream, compressed when `compression` is on (the runtime
+    then compresses every streamed layer that shrinks), raw otherwise. Keeping a layer
+    compressed needs the codec, so `compressed` needs `compression`.
+    """
 
     resident: Mapping[str, frozenset[int]]
     embed_on_host: bool = False
+    compressed: Mapping[str, frozenset[int]] = field(default_factory=dict)
+    compression: bool = False
 
     @classmethod
     def of(cls, resident: Mapping[str, Iterable[int]] | None = None,
-           embed_on_host: bool = False) -> Placement:
+           embed_on_host: bool = False, compressed: Mapping[str, Iterable[int]] | None = None,
+           compression: bool = False) -> Placement:
         """Build from plain index lists; empty sequences are dropped."""
-        cleaned = {k: frozenset(int(i) for i in v) for k, v in (resident or {}).items()}
-        return cls({k: v for k, v in sorted(cleaned.items()) if v}, embed_on_host)
+        return cls(_cleaned(resident), embed_on_host, _cleaned(compressed), compression)
 
     def indices(self, sequence: str) -> tuple[int, ...]:
         """Sorted resident indices of one sequence."""
         return tuple(sorted(self.resident.get(sequence, ())))
 
+    def compressed_indices(self, sequence: str) -> tuple[int, ...]:
+        """Sorted indices of one sequence kept compressed in VRAM."""
+        return tuple(sorted(self.compressed.get(sequence, ())))
+
     def with_layer(self, sequence: str, index: int) -> Placement:
-        """Return a copy with one more resident layer."""
+        """Return a copy with one more resident (raw) layer, no longer kept compressed."""
         new = dict(self.resident)
         new[sequence] = frozenset(new.get(sequence, frozenset()) | {index})
-        return Placement(dict(sorted(new.items())), self.embed_on_host)
+        kept = {k: v - {index} if k == sequence else v for k, v in self.compressed.items()}
+        return Placement(dict(sorted(new.items())), self.embed_on_host,
+                         {k: v for k, v in kept.items() if v}, self.compression)
+
+    def with_compressed(self, sequence: str, index: int) -> Placement:
+        """Return a copy with one more layer kept compressed in VRAM (compression on)."""
+        new = dict(self.compressed)
+        new[sequence] = frozenset(new.get(sequence, frozenset()) | {index})
+        return Placement(self.resident, self.embed_on_host, dict(sorted(new.items())), True)
 
     def count(self) -> int:
-        """Total number of resident layers."""
+        """Total number of resident (raw) layers."""
         return sum(len(v) for v in self.resident.values())
 
+    def compressed_count(self) -> int:
+        """Total number of layers kept compressed in VRAM."""
+        return sum(len(v) for v in self.compressed.values())
+
     def validate(self, profile: Profile) -> None:
-        """Raise ValueError naming an unknown sequence or out-of-range index."""
-        for name, idx in self.resident.items():
-            n = profile.sequence(name).n_layers
-            bad = sorted(i for i in idx if not 0 <= i < n)
-            if bad:
-                raise ValueError(f'resident indices {bad} of {name!r} are outside 0..{n - 1}')
+        """Raise ValueError naming an unknown sequence, a bad index or an unmeasured codec."""
+        for kind, table in (('resident', self.resident), ('compressed', self.compressed)):
+            for name, idx in table.items():
+                n = profile.sequence(name).n_layers
+                bad = sorted(i for i in idx if not 0 <= i < n)
+                if bad:
+                    raise ValueError(f'{kind} indices {bad} of {name!r} are outside 0..{n - 1}')
+        for name, idx in self.compressed.items():
+            both = sorted(idx & self.resident.get(name, frozenset()))
+            if both:
+                raise ValueError(f'layers {both} of {name!r} are both resident and kept '
+                                 'compressed; give each layer one placement')
+        if self.compressed and not self.compression:
+            raise ValueError('layers kept compressed need compression on (the codec)')
+        if self.compression and not profile.compression_measured:
+            raise ValueError('the profile did not measure compression (compressed bytes, '
+                             'decompression rate); re-profile where nvCOMP imports, or plan '
+                             'without compression')
 
 
 # A phase whose host issue time reaches this share of its busiest GPU engine's time runs at the
@@ -129,6 +180,7 @@ class PhasePrediction:
     bubble_ms: float      # wall - compute: time the compute engine waited for copies
     bytes_streamed: int
     host_ms: float = 0.0  # host-thread issue time (leads, layer calls, streaming hooks)
+    decompress_ms: float = 0.0  # decompression-stream busy time (compressed layers)
 
     @property
     def cpu_sensitive(self) -> bool:
@@ -192,6 +244,29 @@ def _copy_ms(profile: Profile, pipeline: Pipeline) -> dict[str, tuple[float, ...
     return {s.name: tuple(b / (peak * 1e6) for b in s.layer_bytes) for s in profile.sequences}
 
 
+# A compressed layer's terms: copy ms of its compressed bytes, those bytes, decompression ms,
+# SM contention share.
+_Packed = tuple[float, int, float, float]
+
+
+def _packed(profile: Profile, placement: Placement,
+            pipeline: Pipeline) -> dict[tuple[str, int], _Packed]:
+    """Terms of every layer that travels or stays compressed (none without compression)."""
+    if not placement.compression:
+        return {}
+    peak = profile.machine.pinned_h2d_gbps
+    out = {}
+    for seq in profile.sequences:
+        for i in range(seq.n_layers):
+            if not seq.shrinks(i):
+                continue
+            nbytes = seq.compressed_bytes[i]
+            dma = nbytes / (peak * 1e6) if pipeline is Pipeline.PIPELINED and peak > 0 \
+                else seq.dma_ms[i] * nbytes / seq.layer_bytes[i]
+            out[(seq.name, i)] = (dma, nbytes, seq.decompress_ms(i), seq.decompress_contention)
+    return out
+
+
 def _schedule(profile: Profile, workload: Workload, embed_on_host: bool,
               pipeline: Pipeline) -> list[_Pass]:
     copy = _copy_ms(profile, pipeline)
@@ -220,6 +295,8 @@ def predict(profile: Profile, placement: Placement, workload: Workload = Workloa
     """Replay one inference under `placement` and return its latency with per-phase terms."""
     placement.validate(profile)
     resident = {(s, i) for s, idx in placement.resident.items() for i in idx}
+    kept = {(s, i) for s, idx in placement.compressed.items() for i in idx}
+    packed = _packed(profile, placement, pipeline)
     n_phases = len(profile.phases)
     end = [0.0] * n_phases            # compute-engine time when the phase's last pass ended
     copy = [0.0] * n_phases
@@ -227,7 +304,11 @@ def predict(profile: Profile, placement: Placement, workload: Workload = Workloa
     moved = [0] * n_phases
     passes = [0] * n_phases
     issuing = [0.0] * n_phases        # host-thread busy time (not its waits)
+    decoding = [0.0] * n_phases       # decompression-stream busy time
     copy_free = 0.0                   # copy engine idle from
+    decode_free = 0.0                 # decompression stream idle from
+    last_start = 0.0                  # start of the latest layer compute
+    last_reader: int | None = None    # its slot (None: a resident layer)
     compute_free = 0.0                # compute engine idle from
     host = 0.0                        # host thread reaches this point of the issue order
     issued = 0.0                      # host time the next streamed layer's copy was issued
@@ -261,20 +342,38 @@ def predict(profile: Profile, placement: Placement, workload: Workload = Workloa
                     slot = holder.index(key)
                 else:
                     slot = 0 if sequential else 1 - last_slot
-                    if sequential:
-                        begin = max(copy_free, compute_free, host)
+                    after = max(compute_free, host) if sequential \
+                        else max(slot_free[slot], barrier, issued)
+                    terms = packed.get(key)
+                    if terms is None:
+                        copy_free = ready[slot] = max(copy_free, after) + dma
+                        copy[p.phase] += dma
+                        moved[p.phase] += nbytes
                     else:
-                        begin = max(copy_free, slot_free[slot], barrier, issued)
-                    copy_free = ready[slot] = begin + dma
+                        zdma, zbytes, decode, share = terms
+                        if key not in kept:      # streamed compressed: copy into staging first
+                            copy_free = after = max(copy_free, after) + zdma
+                            copy[p.phase] += zdma
+                            moved[p.phase] += zbytes
+                        begin = max(decode_free, after)
+                        decode_free = ready[slot] = begin + decode
+                        decoding[p.phase] += decode
+                        # SM contention with the compute running alongside the decompression.
+                        slowed = share * max(0.0, min(decode_free, compute_free)
+                                             - max(begin, last_start))
+                        compute_free += slowed
+                        busy += slowed
+                        if last_reader is not None:
+                            slot_free[last_reader] = compute_free
                     holder[slot] = key
-                    copy[p.phase] += dma
-                    moved[p.phase] += nbytes
                 issued = host          # this layer's hook issues the next streamed copy
                 last_slot = slot
                 start = max(compute_free, ready[slot], host)
             host += issue
             issuing[p.phase] += issue
+            last_start = start
             compute_free = max(start + exe, host)
+            last_reader = None if key in resident else last_slot
             if key not in resident:
                 slot_free[last_slot] = compute_free
             busy += exe
@@ -291,5 +390,6 @@ def predict(profile: Profile, placement: Placement, workload: Workload = Workloa
         wall = end[k] - previous_end
         previous_end = end[k]
         phases.append(PhasePrediction(phase.name, passes[k], wall, copy[k], compute[k],
-                                      max(0.0, wall - compute[k]), moved[k], issuing[k]))
+                                      max(0.0, wall - compute[k]), moved[k], issuing[k],
+                                      decoding[k]))
     return Prediction(max(compute_free, host) + profile.host_ms, profile.host_ms, tuple(phases))

@@ -23,12 +23,18 @@ LOG = logging.getLogger(__name__)
 
 SCHEMA = 'alpamayo_offload.profile'
 # The only version read: an older file lacks terms the predictor needs (host issue times of
-# graphed and eager calls, device footprints, kernel settings), so it is refused, not guessed.
-SCHEMA_VERSION = 6
+# graphed and eager calls, device footprints, kernel settings, compression terms), so it is
+# refused, not guessed.
+SCHEMA_VERSION = 7
 # How to make a profile of the current version (the message of a refused file names it).
 PROFILE_COMMAND = 'alpamayo-offload profile --model MODEL --out profile.json'
 ROS_PROFILE_COMMAND = 'ros2 run alpamayo_offload alpamayo-offload profile --model MODEL ' \
     '--out profile.json'
+# What a refused older version lacks and how it can be carried over without re-profiling.
+MIGRATIONS = {6: 'version 6 lacks the compression terms (compressed bytes, decompression rate, '
+                 'SM contention); to keep its other terms with compression "not measured" (the '
+                 'planner then never compresses), run `python -m bench.migrate_profile PATH` '
+                 'from a source checkout'}
 # How the pass count of a phase is set at prediction time: once per inference, once per decode
 # pass (the paper's N), once per diffusion step.
 REPEATS = ('once', 'decode', 'diffusion')
@@ -55,6 +61,14 @@ class SequenceProfile:
     # built in code without a runtime).
     resident_bytes: tuple[int, ...] = ()
     slot_bytes: tuple[int, ...] = ()
+    # Compression terms (empty / 0: not measured, and the planner never compresses the
+    # sequence): each layer's compressed bytes (what a compressed copy moves and a layer kept
+    # compressed holds; equal to `layer_bytes` where the codec does not shrink it, which the
+    # runtime then streams raw), the GPU decompression rate in uncompressed GB/s, and the share
+    # of a decompression's time the compute engine loses while both run (SM contention).
+    compressed_bytes: tuple[int, ...] = ()
+    decompress_gbps: float = 0.0
+    decompress_contention: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -63,15 +77,38 @@ class SequenceProfile:
             raise ValueError(f'SequenceProfile {self.name!r}: layer_bytes '
                              f'({len(self.layer_bytes)}) and dma_ms ({len(self.dma_ms)}) must be '
                              f'equally long and non-empty')
-        for name in ('layer_bytes', 'resident_bytes', 'slot_bytes'):
+        for name in ('layer_bytes', 'resident_bytes', 'slot_bytes', 'compressed_bytes'):
             if any(b <= 0 for b in getattr(self, name)):
                 raise ValueError(f'SequenceProfile {self.name!r}.{name} has a value <= 0')
-        for name in ('resident_bytes', 'slot_bytes'):
+        for name in ('resident_bytes', 'slot_bytes', 'compressed_bytes'):
             given = len(getattr(self, name))
             if given and given != self.n_layers:
                 raise ValueError(f'SequenceProfile {self.name!r}.{name} has {given} entries for '
                                  f'{self.n_layers} layers')
         _check_nonneg(f'SequenceProfile {self.name!r}', 'dma_ms', self.dma_ms)
+        _check_nonneg(f'SequenceProfile {self.name!r}', 'decompress_gbps',
+                      (self.decompress_gbps,))
+        if not 0.0 <= self.decompress_contention <= 1.0:
+            raise ValueError(f'SequenceProfile {self.name!r}.decompress_contention = '
+                             f'{self.decompress_contention!r}; must be from 0 to 1')
+        if self.compressed_bytes and self.decompress_gbps <= 0:
+            raise ValueError(f'SequenceProfile {self.name!r} has compressed_bytes but no '
+                             'decompress_gbps; give both or neither')
+
+    @property
+    def compression_measured(self) -> bool:
+        """Whether the profile measured this sequence compressed (bytes and decompression)."""
+        return bool(self.compressed_bytes) and self.decompress_gbps > 0
+
+    def shrinks(self, index: int) -> bool:
+        """Whether layer `index` compresses to fewer bytes (the runtime keeps it raw otherwise)."""
+        return self.compression_measured and \
+            self.compressed_bytes[index] < self.layer_bytes[index]
+
+    def decompress_ms(self, index: int) -> float:
+        """GPU time to decompress layer `index` into a slot (0 when it is not compressed)."""
+        return self.layer_bytes[index] / (self.decompress_gbps * 1e6) if self.shrinks(index) \
+            else 0.0
 
     @property
     def n_layers(self) -> int:
@@ -276,6 +313,12 @@ class Profile:
         raise KeyError(f'no sequence {name!r} in profile (have {[s.name for s in self.sequences]})')
 
     @property
+    def compression_measured(self) -> bool:
+        """Whether every sequence a phase runs has measured compression terms."""
+        used = {p.sequence for p in self.phases}
+        return bool(used) and all(self.sequence(n).compression_measured for n in used)
+
+    @property
     def host_issue_measured(self) -> bool:
         """Whether the host issue terms were measured (the profiler's host-timed runs)."""
         return any(p.host_layer_ms for p in self.phases)
@@ -324,10 +367,11 @@ class Profile:
                                      f'{SCHEMA!r}; make one with `{PROFILE_COMMAND}`')
         version = data.get('schema_version')
         if version != SCHEMA_VERSION:
+            migrate = f'; {MIGRATIONS[version]}' if version in MIGRATIONS else ''
             raise ProfileFormatError(
                 f'profile schema version {version!r} is not supported (this version reads '
                 f'{SCHEMA_VERSION} only); re-profile with `{PROFILE_COMMAND}` (on a ROS install: '
-                f'`{ROS_PROFILE_COMMAND}`)')
+                f'`{ROS_PROFILE_COMMAND}`){migrate}')
         try:
             return cls(
                 model_identity=str(data['model_identity']),
@@ -356,7 +400,10 @@ def _sequence(data: Mapping[str, Any]) -> SequenceProfile:
     return SequenceProfile(name=data['name'], layer_bytes=_ints(data['layer_bytes']),
                            dma_ms=_floats(data['dma_ms']),
                            resident_bytes=_ints(data['resident_bytes']),
-                           slot_bytes=_ints(data['slot_bytes']))
+                           slot_bytes=_ints(data['slot_bytes']),
+                           compressed_bytes=_ints(data['compressed_bytes']),
+                           decompress_gbps=float(data['decompress_gbps']),
+                           decompress_contention=float(data['decompress_contention']))
 
 
 def _phase(data: Mapping[str, Any]) -> PhaseProfile:

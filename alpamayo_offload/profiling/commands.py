@@ -18,12 +18,14 @@ from typing import Any
 from alpamayo_offload.planning.errors import PlanningError
 from alpamayo_offload.planning.identity import model_identity
 from alpamayo_offload.planning.params import (
+    MODULES,
     PlanParams,
     profile_ref,
     read_plan_params,
     write_plan_params,
 )
 from alpamayo_offload.planning.planner import (
+    COMPRESSION_CHOICES,
     PlannerOptions,
     interleaved_plan,
     minimum_budget,
@@ -93,6 +95,9 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument('--model', default=None,
                    help='model in use (preset or checkpoint); refuses a profile of another one')
     p.add_argument('--force', action='store_true', help='use a profile from another GPU or model')
+    p.add_argument('--compression', choices=COMPRESSION_CHOICES, default='auto',
+                   help="auto: compress layers where the profile measured compression and it "
+                        "pays; off: never; on: only compressed plans (default %(default)s)")
 
 
 def _options(args: argparse.Namespace, profile: Profile) -> PlannerOptions:
@@ -108,7 +113,8 @@ def _options(args: argparse.Namespace, profile: Profile) -> PlannerOptions:
                           allow_embed_on_host=not args.no_embed_on_host,
                           sequences=tuple(m.strip() for m in args.modules.split(',') if m.strip()),
                           max_decode_tokens=args.max_decode_tokens,
-                          cpu_headroom=args.cpu_headroom)
+                          cpu_headroom=args.cpu_headroom,
+                          compression=args.compression)
 
 
 def _gpu() -> tuple[str | None, int | None, str | None]:
@@ -149,8 +155,11 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     except PlanningError as err:
         LOG.error('%s', err)
         return 2
-    params = PlanParams(resident={m: result.placement.indices(m) for m in ('vit', 'lm', 'expert')},
-                        embed_on_host=result.placement.embed_on_host,
+    placement = result.placement
+    params = PlanParams(resident={m: placement.indices(m) for m in MODULES},
+                        embed_on_host=placement.embed_on_host,
+                        compressed={m: placement.compressed_indices(m) for m in MODULES},
+                        compression='on' if placement.compression else 'off',
                         fused_norms=profile.machine.fused_norms,
                         vram_budget=format_bytes(budget),
                         predicted_latency_s=result.prediction.total_s,
@@ -162,7 +171,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
               f'\nVRAM needed {format_bytes(result.vram.total)} with decode.max_tokens '
               f'{args.max_decode_tokens}; chosen with CPU headroom '
               f'{args.cpu_headroom:g} (1: as profiled); '
-              f'-1 in resident_layers means no layer of that module is resident.')
+              f'-1 in resident_layers (compressed_layers) means no layer of that module is '
+              f'resident (kept compressed).')
     write_plan_params(args.out, params, header)
     sys.stdout.write(_describe(profile, result.placement, _options(args, profile)) + '\n')
     sys.stdout.write(f'wrote {args.out}\n')
@@ -185,20 +195,33 @@ def _at_slower_cpu(profile: Profile, placement: Placement, options: PlannerOptio
 def _describe(profile: Profile, placement: Placement, options: PlannerOptions) -> str:
     pred = predict(profile, placement, options.workload, options.pipeline)
     vram = vram_needed(profile, placement, options.max_decode_tokens)
+    packed = (f', kept compressed {format_bytes(vram.compressed)}, staging '
+              f'{format_bytes(vram.staging)}' if placement.compression else '')
     lines = [f'predicted {pred.total_s:.3f} s, VRAM {format_bytes(vram.total)} '
-             f'(resident {format_bytes(vram.resident)}, slots {format_bytes(vram.slots)}, '
-             f'fixed {format_bytes(vram.fixed + vram.embed)}, '
+             f'(resident {format_bytes(vram.resident)}, slots {format_bytes(vram.slots)}'
+             f'{packed}, fixed {format_bytes(vram.fixed + vram.embed)}, '
              f'working set {format_bytes(vram.working_set)}), embed on host: '
-             f'{placement.embed_on_host}',
+             f'{placement.embed_on_host}, compression: '
+             f'{"on" if placement.compression else "off"}',
              f'with a slower CPU: {_at_slower_cpu(profile, placement, options)}',
              f'{"phase":<10} {"passes":>6} {"wall ms":>10} {"copy ms":>10} {"compute ms":>10} '
-             f'{"bubble ms":>10} {"host ms":>10}  follows the CPU']
+             f'{"bubble ms":>10} {"host ms":>10} {"decomp ms":>10}  follows the CPU']
     lines += [f'{p.name:<10} {p.passes:>6} {p.wall_ms:>10.1f} {p.copy_ms:>10.1f} '
-              f'{p.compute_ms:>10.1f} {p.bubble_ms:>10.1f} {p.host_ms:>10.1f}  '
-              f'{"yes" if p.cpu_sensitive else "no"}' for p in pred.phases]
+              f'{p.compute_ms:>10.1f} {p.bubble_ms:>10.1f} {p.host_ms:>10.1f} '
+              f'{p.decompress_ms:>10.1f}  {"yes" if p.cpu_sensitive else "no"}'
+              for p in pred.phases]
     for seq in profile.sequences:
         lines.append(f'resident {seq.name}: {list(placement.indices(seq.name))}')
+        if placement.compression:
+            lines.append(f'kept compressed {seq.name}: '
+                         f'{list(placement.compressed_indices(seq.name))}')
     return '\n'.join(lines)
+
+
+def plan_placement(params: PlanParams) -> Placement:
+    """Return the placement a plan file describes (resident, kept compressed, compression)."""
+    return Placement.of(params.resident, params.embed_on_host, params.compressed,
+                        params.compression == 'on')
 
 
 def _cmd_predict(args: argparse.Namespace) -> int:
@@ -207,7 +230,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
         options = _options(args, profile)
         if args.plan:
             params = read_plan_params(args.plan)
-            placement = Placement.of(params.resident, params.embed_on_host)
+            placement = plan_placement(params)
             sys.stdout.write(_describe(profile, placement, options) + '\n')
             return 0
         rows = _sweep(profile, options, parse_budget(args.step),
@@ -278,4 +301,12 @@ def _summary(profile: Profile) -> str:
     for phase, fit in profile.settings.get('fitted_tails', {}).items():
         lines.append(f"{phase}: non-layer time {fit['sequential_ms']:.1f} ms sequential, "
                      f"{fit['fitted_ms']:.1f} ms fitted to a pipelined run")
+    for seq in profile.sequences:
+        if seq.compression_measured:
+            ratio = sum(seq.compressed_bytes) / sum(seq.layer_bytes)
+            lines.append(f'{seq.name} compressed: {ratio:.3f} of its bytes, decompression '
+                         f'{seq.decompress_gbps:.0f} GB/s, SM contention '
+                         f'{seq.decompress_contention:.2f}')
+    if not profile.compression_measured:
+        lines.append(f"compression: {profile.settings.get('compression', 'not measured')}")
     return '\n'.join(lines)

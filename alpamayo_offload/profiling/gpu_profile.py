@@ -27,6 +27,7 @@ from alpamayo_offload.profiling.collect import (
     with_footprints,
     with_host_terms,
 )
+from alpamayo_offload.profiling.compression import add_compression_terms
 
 LOG = logging.getLogger(__name__)
 _PHASES = ('vision', 'prefill', 'decode', 'diffusion')
@@ -95,6 +96,9 @@ def run_profile(*, model: str, device: str, decode_tokens: int, diffusion_steps:
                 warmup: int, seed: int, fused_norms: bool = True) -> Profile:
     """Build the engine in sequential mode with nothing resident and profile one inference.
 
+    Then the host terms (`add_host_terms`) and the compression terms
+    (`compression.add_compression_terms`; "not measured" where nvCOMP does not import).
+
     The input is the fixed example with its frames already at the model's size, as the node
     delivers them, so the profile's host pre/postprocessing is the node's, not a 1080p resize.
     """
@@ -116,7 +120,9 @@ def run_profile(*, model: str, device: str, decode_tokens: int, diffusion_steps:
                              warmup=warmup, settings={'decode_tokens': decode_tokens,
                                                       'diffusion_steps': diffusion_steps,
                                                       'seed': seed})
-    return add_host_terms(engine, engine.example_input(presized=True), profile, runs=3)
+    model_input = engine.example_input(presized=True)
+    profile = add_host_terms(engine, model_input, profile, runs=3)
+    return add_compression_terms(engine, model_input, profile)
 
 
 def profile_engine(engine: Any, *, model: str, loaded_bytes: int, warmup: int,

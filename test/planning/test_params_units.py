@@ -9,6 +9,7 @@ import yaml
 from alpamayo_offload.app.param_file import flatten_parameters
 from alpamayo_offload.planning.errors import BudgetError, PlanFileError
 from alpamayo_offload.planning.params import (
+    COMPRESSION_KEYS,
     PARAM_KEYS,
     PlanParams,
     read_plan_params,
@@ -42,7 +43,7 @@ def test_yaml_has_exact_keys_and_round_trips(tmp_path: Path) -> None:
     raw = yaml.safe_load(path.read_text())
     assert list(raw) == ['/**'] and list(raw['/**']) == ['ros__parameters']
     flat = flatten_parameters(raw['/**']['ros__parameters'])
-    assert tuple(flat) == PARAM_KEYS
+    assert tuple(flat) == tuple(k for k in PARAM_KEYS if k not in COMPRESSION_KEYS)
     assert flat['resident_layers.vit'] == [-1] and flat['resident_layers.lm'] == [0, 7, 14]
     assert isinstance(flat['embed_on_host'], bool) and flat['vram_budget'] == '12.000GiB'
     back = read_plan_params(path)
@@ -67,6 +68,44 @@ def test_plan_files_record_the_cpu_headroom_and_older_files_read_as_one(
             read_plan_params(path)
 
 
+def test_compressed_layers_and_compression_round_trip(tmp_path: Path) -> None:
+    path = tmp_path / 'packed.yaml'
+    write_plan_params(path, PlanParams(resident={'lm': (0,)}, compressed={'lm': (2, 5),
+                                                                          'expert': (1,)},
+                                       compression='on'))
+    flat = flatten_parameters(yaml.safe_load(path.read_text())['/**']['ros__parameters'])
+    assert tuple(flat) == tuple(k for k in PARAM_KEYS if k != 'fused_norms')
+    assert flat['compressed_layers.lm'] == [2, 5] and flat['compressed_layers.vit'] == [-1]
+    assert flat['compression'] == 'on'
+    back = read_plan_params(path)
+    assert back.compressed == {'vit': (), 'lm': (2, 5), 'expert': (1,)}
+    assert back.compression == 'on' and back.resident['lm'] == (0,)
+
+
+def test_raw_plans_write_no_compression_keys_and_read_as_raw(tmp_path: Path) -> None:
+    """A node that does not declare the compression keys reads a raw plan as before."""
+    path = tmp_path / 'raw.yaml'
+    write_plan_params(path, PlanParams(resident={'lm': (1,)}))
+    text = path.read_text()
+    assert 'compressed_layers' not in text and 'compression' not in text
+    back = read_plan_params(path)
+    assert back.compression == 'off' and back.compressed == {m: () for m in ('vit', 'lm',
+                                                                            'expert')}
+
+
+def test_bad_compression_in_plan_files_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="compression is 'off'"):
+        PlanParams(compressed={'lm': (1,)})
+    with pytest.raises(ValueError, match='both resident and compressed'):
+        PlanParams(resident={'lm': (1,)}, compressed={'lm': (1,)}, compression='on')
+    path = tmp_path / 'bad.yaml'
+    write_plan_params(path, PlanParams(compressed={'lm': (1,)}, compression='on'))
+    path.write_text(path.read_text().replace("compression: 'on'", 'compression: lossy')
+                    .replace('compression: on', 'compression: lossy'))
+    with pytest.raises(PlanFileError, match="compression = 'lossy'"):
+        read_plan_params(path)
+
+
 def test_plan_files_without_norms_leave_the_node_its_own(tmp_path: Path) -> None:
     """Files from before fused norms have no `fused_norms`; a wrong type is refused."""
     path = tmp_path / 'old.yaml'
@@ -86,7 +125,7 @@ def test_ros_reads_the_file_with_typed_integer_arrays(tmp_path: Path) -> None:
     write_plan_params(path, PlanParams(resident={'lm': (0, 3)}, vram_budget='8GiB',
                                        fused_norms=True))
     got = parameter_dict_from_yaml_file(str(path), use_wildcard=True)
-    assert set(got) == set(PARAM_KEYS)
+    assert set(got) == set(PARAM_KEYS) - set(COMPRESSION_KEYS)
     vit = Parameter.from_parameter_msg(got['resident_layers.vit'])
     assert vit.type_ is Parameter.Type.INTEGER_ARRAY and list(vit.value) == [-1]
     assert list(Parameter.from_parameter_msg(got['resident_layers.lm']).value) == [0, 3]

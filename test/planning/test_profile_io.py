@@ -74,7 +74,7 @@ def test_kernel_settings_mismatch_warns_and_unrecorded_ones_are_not_checked(
     assert 'kernel settings' in caplog.text and ':4096:8' in caplog.text
 
 
-@pytest.mark.parametrize('version', [1, 2, 3, 4, 5])
+@pytest.mark.parametrize('version', [1, 2, 3, 4, 5, 6])
 def test_older_schema_versions_are_refused_with_the_command_that_re_profiles(
         tmp_path: Path, version: int) -> None:
     path = tmp_path / f'v{version}.json'
@@ -87,6 +87,9 @@ def test_older_schema_versions_are_refused_with_the_command_that_re_profiles(
     assert '`alpamayo-offload profile --model MODEL --out profile.json`' in text
     assert '`ros2 run alpamayo_offload alpamayo-offload profile --model MODEL --out ' \
         'profile.json`' in text
+    migration = 'lacks the compression terms' in text and \
+        '`python -m bench.migrate_profile PATH`' in text
+    assert migration == (version == 6)
 
 
 def test_a_current_profile_missing_a_field_is_malformed(tmp_path: Path) -> None:

@@ -155,7 +155,54 @@ def test_profile_summary_says_what_was_measured_and_fitted() -> None:
         'vision: non-layer time 10.9 ms sequential, 5.6 ms fitted to a pipelined run',
         'prefill: non-layer time 8.3 ms sequential, 0.5 ms fitted to a pipelined run',
         'decode: non-layer time 0.5 ms sequential, 0.0 ms fitted to a pipelined run',
-        'diffusion: non-layer time 0.4 ms sequential, 0.0 ms fitted to a pipelined run']
+        'diffusion: non-layer time 0.4 ms sequential, 0.0 ms fitted to a pipelined run',
+        'compression: not measured (migrated from schema 6)']
     # a profile without the fit and the probes (the paper's) says only what it has
     assert commands._summary(table3_profile()).splitlines()[3:] == [
-        'pinned copy 33.40 GB/s', 'host pre/postprocessing 0.0 ms']
+        'pinned copy 33.40 GB/s', 'host pre/postprocessing 0.0 ms', 'compression: not measured']
+
+
+def test_profile_summary_gives_the_compression_terms(tmp_path: Path) -> None:
+    profile, _ = load_profile(_with_compression(tmp_path / 'profile.json'))
+    lines = commands._summary(profile).splitlines()
+    assert lines[-3:] == [
+        f'{name} compressed: 0.685 of its bytes, decompression 320 GB/s, SM contention 0.10'
+        for name in ('vit', 'lm', 'expert')]
+
+
+def _with_compression(path: Path, ratio: float = 0.685, gbps: float = 320.0) -> Path:
+    """Bench B's H200 profile with the issue's calibration as its compression terms."""
+    profile, _ = load_profile(H200_PROFILE)
+    sequences = tuple(dataclasses.replace(
+        s, compressed_bytes=tuple(int(b * ratio) for b in s.layer_bytes), decompress_gbps=gbps,
+        decompress_contention=0.1) for s in profile.sequences)
+    save_profile(dataclasses.replace(profile, sequences=sequences), path)
+    return path
+
+
+def test_plan_writes_compressed_layers_and_predict_reads_them(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """At 8 GiB the H200 streams ~250 GB raw: with the calibrated codec the plan compresses."""
+    profile_path = _with_compression(tmp_path / 'profile.json')
+    out, raw = tmp_path / 'packed.yaml', tmp_path / 'raw.yaml'
+    assert _run(['plan', '--profile', str(profile_path), '--budget', '8GiB',
+                 '--out', str(out)]) == 0
+    assert _run(['plan', '--profile', str(profile_path), '--budget', '8GiB',
+                 '--compression', 'off', '--out', str(raw)]) == 0
+    params, raw_params = read_plan_params(out), read_plan_params(raw)
+    assert params.compression == 'on' and raw_params.compression == 'off'
+    assert not any(raw_params.compressed.values())
+    assert params.predicted_latency_s < 0.8 * raw_params.predicted_latency_s
+    capsys.readouterr()
+    assert _run(['predict', '--profile', str(profile_path), '--plan', str(out)]) == 0
+    text = capsys.readouterr().out
+    assert 'compression: on' in text and 'decomp ms' in text
+    assert f'predicted {params.predicted_latency_s:.3f} s' in text
+
+
+def test_plan_refuses_compression_on_without_measured_terms(
+        profile_path: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    out = tmp_path / 'x.yaml'
+    assert _run(['plan', '--profile', str(profile_path), '--budget', '12GiB',
+                 '--compression', 'on', '--out', str(out)]) == 2
+    assert 'needs a profile with compression terms' in caplog.text and not out.exists()
