@@ -132,21 +132,29 @@ def engine_config(v: Mapping[str, Any]) -> EngineConfig:
     """
     from ..engine import EngineConfig  # torch and the model, once the parameters are valid
 
-    resident = {}
-    for s in schema.SEQUENCES:
-        try:
-            indices = resident_from_param(v[f'resident_layers.{s}'])
-        except PlanFileError as err:
-            raise ParameterError(f'resident_layers.{s}: {err}') from err
-        if indices:
-            resident[s] = indices
+    resident = _layers(v, 'resident_layers')
+    compressed = _layers(v, 'compressed_layers')
     steps = v['decode.diffusion_steps']
     return EngineConfig(
         model=v['model'], device=v['device'], mode=v['mode'], resident=resident,
         embed_on_host=v['embed_on_host'], fused_norms=v['fused_norms'],
         tokenizer_dir=v['tokenizer_dir'] or None, max_decode_tokens=v['decode.max_tokens'],
         fixed_decode_tokens=v['decode.fixed_tokens'] or None, seed=v['decode.seed'],
+        compressed=compressed, compression=v['compression'],
         **({'diffusion_steps': steps} if steps else {}))
+
+
+def _layers(v: Mapping[str, Any], prefix: str) -> dict[str, tuple[int, ...]]:
+    """Per sequence, the layer indices of `<prefix>.<sequence>` ([-1] = none; empty dropped)."""
+    out = {}
+    for s in schema.SEQUENCES:
+        try:
+            indices = resident_from_param(v[f'{prefix}.{s}'])
+        except PlanFileError as err:
+            raise ParameterError(f'{prefix}.{s}: {err}') from err
+        if indices:
+            out[s] = tuple(indices)
+    return out
 
 
 def jpeg_decoder(cfg: NodeConfig) -> JpegDecoder | None:

@@ -13,7 +13,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..planning import (
@@ -51,6 +51,8 @@ class _Plan:
     resident: Mapping[str, Sequence[int]]
     embed_on_host: bool
     source: str                 # 'configured', 're-planned from <profile>', 'stream everything'
+    compressed: Mapping[str, Sequence[int]] = field(default_factory=dict)
+    compression: str = 'off'
 
 
 def load_engine(config: EngineConfig, vram_budget: str,
@@ -75,7 +77,8 @@ def load_engine(config: EngineConfig, vram_budget: str,
         'vram_free_at_start_bytes': budget.free_bytes or 0,
         'inference_threads': torch.get_num_threads(),
     }
-    configured = _Plan(config.resident, config.embed_on_host, 'configured')
+    configured = _Plan(config.resident, config.embed_on_host, 'configured', config.compressed,
+                       config.compression)
     fallbacks: list[Callable[[], _Plan | None]] = [
         lambda: _replan(str(plan_info.get('plan.profile', '')), budget, config.model,
                         _gpu_name(config.device), max_decode_tokens=config.max_decode_tokens,
@@ -126,7 +129,8 @@ def _first_that_fits(config: EngineConfig, configured: _Plan,
         try:
             engine.replan(resident=candidate.resident, mode=config.mode,
                           budget_bytes=config.budget_bytes,
-                          embed_on_host=candidate.embed_on_host, instrument=config.instrument)
+                          embed_on_host=candidate.embed_on_host, instrument=config.instrument,
+                          compressed=candidate.compressed, compression=candidate.compression)
             return engine, refusals
         except EngineBudgetError as err:
             if not pending:
@@ -175,7 +179,9 @@ def _replan(profile_ref: str, budget: ResolvedBudget, model: str,
         return None
     placement = result.placement
     return _Plan({m: placement.indices(m) for m in ('vit', 'lm', 'expert')},
-                 placement.embed_on_host, f're-planned from {path}')
+                 placement.embed_on_host, f're-planned from {path}',
+                 {m: placement.compressed_indices(m) for m in ('vit', 'lm', 'expert')},
+                 'on' if placement.compression else 'off')
 
 
 def _running_with(gpu_name: str | None,

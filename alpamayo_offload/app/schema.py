@@ -152,6 +152,14 @@ _SPECS = (
     *[_p(f'resident_layers.{s}', Kind.INTEGER_ARRAY, [NO_LAYERS],
          f'{s} layer indices kept on the GPU (planner output); [{NO_LAYERS}]: none',
          minimum=NO_LAYERS, restart=True) for s in SEQUENCES],
+    *[_p(f'compressed_layers.{s}', Kind.INTEGER_ARRAY, [NO_LAYERS],
+         f'{s} layer indices kept compressed in VRAM, decompressed into a slot each pass '
+         f'(planner output; needs compression on); [{NO_LAYERS}]: none',
+         minimum=NO_LAYERS, restart=True) for s in SEQUENCES],
+    _p('compression', _S, 'off', "streamed layers travel losslessly compressed (nvCOMP ANS on "
+       "CUDA, bit-exact): 'on' (refused where nvCOMP is missing on CUDA), 'auto' (on where nvCOMP "
+       "imports, else raw with one log line) or 'off' (planner output)",
+       choices=('off', 'auto', 'on'), restart=True),
     _p('embed_on_host', _B, False, 'keep the token embedding in host RAM (planner output)',
        restart=True),
     _p('fused_norms', _B, True, 'RMSNorms as one fused op (faster where the host issuing kernels '
