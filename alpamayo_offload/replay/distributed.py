@@ -15,6 +15,7 @@ import argparse
 import logging
 import math
 import sys
+import time
 import traceback
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -151,11 +152,15 @@ def run_sharded(bags: Sequence[PreparedBag], cfg: ReplayConfig, factory: Planner
     ray = import_ray()
     options = {'num_gpus': 1} if on_gpu else {'num_cpus': 1}
     actor_cls = ray.remote(**options)(ShardWorker)
+    started = time.perf_counter()
     actors = [actor_cls.remote(factory) for _ in range(workers)]
-    info, sizing = ray.get(actors[0].describe.remote())
+    described = ray.get([a.describe.remote() for a in actors])   # every engine is built
+    info, sizing = described[0]
     cfg = cfg.with_model_sizing(sizing)
     state = RunState(bags=list(bags))
+    state.wall_s['workers_start'] = time.perf_counter() - started
     with SampleStore.open(out_dir, fingerprint(cfg, bags), resume=resume) as store:
+        started = time.perf_counter()
         try:
             _drive(ray, actors, actor_cls, factory, bags, cfg, store, state, progress)
         except KeyboardInterrupt:
@@ -167,6 +172,7 @@ def run_sharded(bags: Sequence[PreparedBag], cfg: ReplayConfig, factory: Planner
             state.traceback = traceback.format_exc()
             _LOG.error('sharded replay failed: %s', state.error)
         finally:
+            state.wall_s['samples'] = time.perf_counter() - started
             for actor in actors:
                 ray.kill(actor)
         records = store.persisted()

@@ -78,6 +78,9 @@ class RunState:
     interrupted: bool = False
     error: str | None = None
     traceback: str | None = None
+    wall_s: dict[str, float] = field(default_factory=dict)
+    """Wall seconds per phase of this run: 'samples' (the evaluation loop) and, for a sharded
+    run, 'workers_start' (actors up, engines built); the bench separates start-up from rate."""
 
 
 def evaluation_span_ns(cfg: ReplayConfig) -> tuple[int, int]:
@@ -283,6 +286,7 @@ def run_replay(bags: Sequence[PreparedBag], cfg: ReplayConfig, planner: Planner,
     initial = sum(1 for b in state.bags for t in b.ticks if (b.key, t) in done)
     with tqdm(total=total, initial=initial, unit='sample', file=sys.stderr, disable=not progress,
               dynamic_ncols=True) as bar:
+        started = time.perf_counter()
         try:
             for bag in state.bags:
                 bar.set_description(Path(bag.info.path).name)
@@ -298,4 +302,6 @@ def run_replay(bags: Sequence[PreparedBag], cfg: ReplayConfig, planner: Planner,
             state.error = f'{type(err).__name__}: {err}'
             state.traceback = traceback.format_exc()
             _LOG.error('replay failed: %s\n%s', state.error, state.traceback)
+        finally:
+            state.wall_s['samples'] = time.perf_counter() - started
     return state
