@@ -28,7 +28,13 @@ from tqdm import tqdm
 from alpamayo_offload.engine import EngineConfig
 from alpamayo_offload.replay.config import ReplayConfig
 from alpamayo_offload.replay.errors import ReplayConfigError
-from alpamayo_offload.replay.loop import Planner, PreparedBag, RunState, replay_bag
+from alpamayo_offload.replay.loop import (
+    BagStream,
+    Planner,
+    PreparedBag,
+    RunState,
+    window_start_log_ns,
+)
 from alpamayo_offload.replay.sample_store import SampleStore
 from alpamayo_offload.replay.session import (
     ResultBagOptions,
@@ -101,6 +107,20 @@ def make_shards(bags: Sequence[PreparedBag], done: set[tuple[str, int]], count: 
     return shards
 
 
+def next_shard(pending: deque[Shard], follows: Shard | None, lanes: Sequence[Shard]) -> Shard:
+    """Take the shard an actor replays next from `pending`.
+
+    `follows` (the shard after the actor's last one) continues its open bag stream; an actor
+    without one starts the first of `lanes` (shards spread evenly over the run, so that each
+    actor then follows on through consecutive shards) still pending; else the first pending.
+    """
+    for shard in ([follows] if follows else []) + list(lanes):
+        if shard in pending:
+            pending.remove(shard)
+            return shard
+    return pending.popleft()
+
+
 class _Collect:
     """The store an actor's `replay_bag` writes to: records kept for the driver."""
 
@@ -120,12 +140,17 @@ class _NoBar:
 
 
 class ShardWorker:
-    """An actor's state: one planner, built once; replays shards on request."""
+    """An actor's state: one planner, built once; replays shards on request.
+
+    The bag stream stays open after a shard, so a following shard of the same bag continues
+    reading where it stopped instead of reading its window again.
+    """
 
     def __init__(self, factory: PlannerFactory) -> None:
         """Build the planner (the engine) in this process."""
         self.planner, self.info, self.sizing, self.errors = factory()
         self.scored = 0
+        self.stream: BagStream | None = None
 
     def describe(self) -> tuple[dict[str, Any], Any]:
         """Model info and image sizing, for the driver's configuration and report."""
@@ -134,9 +159,19 @@ class ShardWorker:
     def run(self, bag: PreparedBag, ticks: tuple[int, ...], cfg: ReplayConfig
             ) -> list[dict[str, Any]]:
         """Replay `ticks` of `bag` (reading only their window) and return the records."""
+        if self.stream is None or not self.stream.continues_to(bag, cfg, ticks[0]):
+            if self.stream is not None:
+                self.stream.close()
+                self.stream = None
+            self.stream = BagStream(bag, cfg, window_start_log_ns(bag, ticks[0], cfg))
         store = _Collect()
         state = RunState(bags=[bag], scored=self.scored)
-        replay_bag(bag, cfg, self.planner, store, _NoBar(), state, self.errors, ticks=ticks)
+        try:
+            self.stream.evaluate(ticks, self.planner, store, _NoBar(), state, self.errors)
+        except BaseException:
+            self.stream.close()
+            self.stream = None
+            raise
         self.scored = state.scored
         return store.records
 
@@ -185,10 +220,13 @@ def _drive(ray: Any, actors: list[Any], actor_cls: Any, factory: PlannerFactory,
            progress: bool) -> None:
     """Hand shards to free actors until all are stored; re-run a dead actor's shard elsewhere."""
     done = store.done()
-    pending = deque(make_shards(bags, done, len(actors) * SHARDS_PER_WORKER))
+    shards = make_shards(bags, done, len(actors) * SHARDS_PER_WORKER)
+    pending = deque(shards)
+    lanes = [shards[i * len(shards) // len(actors)] for i in range(len(actors))] if shards else []
+    successor = {a: b for a, b in zip(shards, shards[1:], strict=False) if a.bag == b.bag}
     bag_refs = [ray.put(b) for b in bags]
     cfg_ref = ray.put(cfg)
-    idle = list(actors)
+    idle: list[tuple[Any, Shard | None]] = [(a, None) for a in actors]
     running: dict[Any, tuple[Any, Shard]] = {}
     replacements = 2 * len(actors)    # a shard that kills every actor must not loop forever
     total = sum(len(b.ticks) for b in bags)
@@ -196,7 +234,8 @@ def _drive(ray: Any, actors: list[Any], actor_cls: Any, factory: PlannerFactory,
               unit='sample', file=sys.stderr, disable=not progress, dynamic_ncols=True) as bar:
         while pending or running:
             while idle and pending:
-                actor, shard = idle.pop(), pending.popleft()
+                actor, last = idle.pop(0)
+                shard = next_shard(pending, successor.get(last) if last else None, lanes)
                 ref = actor.run.remote(bag_refs[shard.bag], shard.ticks, cfg_ref)
                 running[ref] = (actor, shard)
             ready, _ = ray.wait(list(running), num_returns=1)
@@ -213,12 +252,12 @@ def _drive(ray: Any, actors: list[Any], actor_cls: Any, factory: PlannerFactory,
                 actors.remove(actor)
                 fresh = actor_cls.remote(factory)
                 actors.append(fresh)
-                idle.append(fresh)
+                idle.append((fresh, None))
                 continue
             for record in records:
                 store.append(record)
             bar.update(len(records))
-            idle.append(actor)
+            idle.append((actor, shard))
 
 
 def run_distributed_command(args: argparse.Namespace, cfg: ReplayConfig,
