@@ -81,8 +81,20 @@ def deterministic(metrics: Mapping[str, Any]) -> dict[str, Any]:
     return {k: metrics[k] for k in DETERMINISTIC_KEYS}
 
 
+def in_sample_s(out: Path) -> float:
+    """Seconds spent inside the samples (assembly + model call), summed over `samples.jsonl`.
+
+    The loop's wall time less this (per actor) is what reading the bag and, on Ray, shipping
+    shards and records cost; a slower model call under Ray shows up here instead.
+    """
+    lines = (out / 'samples.jsonl').read_text().splitlines()[1:]
+    records = [json.loads(line) for line in lines if line.strip()]
+    return sum(r['latency_s']['assembly'] + r['latency_s']['planner_call']
+               for r in records if 'latency_s' in r)
+
+
 def run_row(name: str, result: SessionResult, start_s: float, wall_s: float,
-            serial: Mapping[str, Any] | None) -> dict[str, Any]:
+            serial: Mapping[str, Any] | None, out: Path) -> dict[str, Any]:
     """One run's figures: start-up, steady and end-to-end rates, equality with serial."""
     samples = result.metrics['counts']['evaluation_times']
     loop_s = result.state.wall_s['samples']
@@ -90,6 +102,7 @@ def run_row(name: str, result: SessionResult, start_s: float, wall_s: float,
         'config': name, 'exit_code': result.exit_code, 'samples': samples,
         'scored': result.metrics['counts']['scored'], 'start_s': round(start_s, 3),
         'samples_s': round(loop_s, 3), 'wall_s': round(wall_s, 3),
+        'in_sample_s': round(in_sample_s(out), 3),
         'samples_per_s': round(samples / loop_s, 4) if loop_s > 0 else None,
         'end_to_end_samples_per_s': round(samples / wall_s, 4) if wall_s > 0 else None,
         'equal_to_serial': None if serial is None
@@ -124,14 +137,15 @@ def best_rows(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 def markdown_table(rows: Sequence[Mapping[str, Any]]) -> str:
     """The best rows as a Markdown table."""
-    lines = ['| configuration | samples | steady samples/s | start-up s | end-to-end samples/s '
-             '| Ray overhead | speed-up | report equal to serial |',
-             '|---|---|---|---|---|---|---|---|']
+    lines = ['| configuration | samples | steady samples/s | loop s (in samples) | start-up s '
+             '| end-to-end samples/s | Ray overhead | speed-up | report equal to serial |',
+             '|---|---|---|---|---|---|---|---|---|']
     for r in rows:
         eq = '—' if r['config'] == 'serial' else ('yes' if r['runs_equal_to_serial'] else 'NO')
         over = f"{r['overhead_pct']:+.1f} %" if 'overhead_pct' in r else '—'
         speed = f"{r['speedup']:.2f}×" if 'speedup' in r else '—'
-        lines.append(f"| {r['config']} | {r['samples']} | {r['samples_per_s']} | {r['start_s']} "
+        lines.append(f"| {r['config']} | {r['samples']} | {r['samples_per_s']} "
+                     f"| {r['samples_s']} ({r['in_sample_s']}) | {r['start_s']} "
                      f"| {r['end_to_end_samples_per_s']} | {over} | {speed} | {eq} |")
     return '\n'.join(lines)
 
@@ -195,17 +209,17 @@ def main(argv: Sequence[str] | None = None) -> None:
         runs: list[dict[str, Any]] = []
         try:
             for rep in range(args.repeats):
-                result, start_s, wall_s = run_serial(bags, cfg, factory,
-                                                     args.out / f'serial_{rep}')
+                out = args.out / f'serial_{rep}'
+                result, start_s, wall_s = run_serial(bags, cfg, factory, out)
                 serial = result.metrics
-                runs.append(run_row('serial', result, start_s, wall_s, None))
+                runs.append(run_row('serial', result, start_s, wall_s, None, out))
                 LOG.info('%s', runs[-1])
                 del result
                 gc.collect()
                 for n in args.workers:
-                    result, start_s, wall_s = run_ray(bags, cfg, factory,
-                                                      args.out / f'ray{n}_{rep}', n, on_gpu)
-                    runs.append(run_row(f'ray x{n}', result, start_s, wall_s, serial))
+                    out = args.out / f'ray{n}_{rep}'
+                    result, start_s, wall_s = run_ray(bags, cfg, factory, out, n, on_gpu)
+                    runs.append(run_row(f'ray x{n}', result, start_s, wall_s, serial, out))
                     LOG.info('%s', runs[-1])
         finally:
             ray.shutdown()
