@@ -30,7 +30,12 @@ from typing import Any
 
 from alpamayo_offload.app.synthetic_drive import DriveConfig, write_drive
 from alpamayo_offload.replay.config import ReplayConfig
-from alpamayo_offload.replay.distributed import EngineFactory, import_ray, run_sharded
+from alpamayo_offload.replay.distributed import (
+    EngineFactory,
+    import_ray,
+    run_sharded,
+    start_local_cluster,
+)
 from alpamayo_offload.replay.loop import PreparedBag
 from alpamayo_offload.replay.params import load_replay_config
 from alpamayo_offload.replay.report import DETERMINISTIC_KEYS
@@ -180,12 +185,16 @@ def run_ray(bags: Sequence[PreparedBag], cfg: ReplayConfig, factory: EngineFacto
 
 
 def start_cluster(ray: Any, address: str, cpus: int) -> float:
-    """Connect to `address` or start a local cluster whose workers import this checkout."""
+    """Connect to `address` or start a local cluster whose workers import this checkout.
+
+    A running cluster's workers run at the niceness its nodes were started with: start them
+    with `RAY_worker_niceness=0` to compare with a serial run on equal terms.
+    """
     old = os.environ.get('PYTHONPATH')
     os.environ['PYTHONPATH'] = os.pathsep.join([str(ROOT), *([old] if old else [])])
     t = time.perf_counter()
     if address == 'local':
-        ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False)
+        start_local_cluster(ray, num_cpus=cpus, log_to_driver=False)
     else:
         ray.init(address=address, include_dashboard=False, log_to_driver=False)
     return time.perf_counter() - t

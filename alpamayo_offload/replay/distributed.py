@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import logging
 import math
+import os
 import sys
 import time
 import traceback
@@ -48,6 +49,18 @@ _LOG = logging.getLogger(__name__)
 RAY_MISSING = ("replay --ray needs Ray, an optional extra: pip install -e '.[ray]' (or "
                "pip install 'ray>=2.9') on every machine of the cluster")
 SHARDS_PER_WORKER = 4     # enough shards to balance actors of unequal speed
+WORKER_NICENESS_ENV = 'RAY_worker_niceness'
+
+
+def start_local_cluster(ray: Any, **options: Any) -> None:
+    """Start a local Ray cluster (no dashboard) whose workers run at normal CPU priority.
+
+    Ray starts its workers at niceness 15 unless `RAY_worker_niceness` says otherwise; on a host
+    shared with other processes the actors' engines then get less CPU than a serial replay. A
+    value already in the environment is kept. `options` go to `ray.init`.
+    """
+    os.environ.setdefault(WORKER_NICENESS_ENV, '0')
+    ray.init(include_dashboard=False, **options)
 
 
 def import_ray() -> Any:
@@ -272,7 +285,7 @@ def run_distributed_command(args: argparse.Namespace, cfg: ReplayConfig,
         return 2
     if not ray.is_initialized():
         if args.ray == 'local':
-            ray.init(include_dashboard=False)
+            start_local_cluster(ray)
         else:
             ray.init(address=args.ray)
     on_gpu = cfg.engine.device.startswith('cuda')
