@@ -2,9 +2,10 @@
 
 The driver scans the bags (as the serial replay does), cuts every bag's evaluation times not yet
 in the sample store into shards of consecutive times, and hands shards to actors as they become
-free. Each actor holds one engine (`num_gpus=1` on CUDA, one CPU otherwise), reads only its
-shard's time window of the bag where it lies (a path every node sees), and returns the records;
-the driver appends them to `samples.jsonl`, so a run stopped at any point resumes with
+free, each actor first on a lane of consecutive shards. Each actor holds one engine (`num_gpus=1`
+on CUDA, one CPU otherwise), reads the bag where it lies (a path every node sees) from its
+shard's time window on, keeping the stream open into the next consecutive shard, and returns the
+records; the driver appends them to `samples.jsonl`, so a run stopped at any point resumes with
 `--resume`. A shard whose actor dies is handed to another actor (a fresh one replaces the dead),
 and the report is built from the records in replay order: on the CPU it equals the serial run's
 bit for bit (the measured latencies aside). Ray is an optional extra; it is imported only here.
@@ -135,7 +136,7 @@ def next_shard(pending: deque[Shard], follows: Shard | None, lanes: Sequence[Sha
 
 
 class _Collect:
-    """The store an actor's `replay_bag` writes to: records kept for the driver."""
+    """The store an actor's bag stream writes to: records kept for the driver."""
 
     def __init__(self) -> None:
         self.records: list[dict[str, Any]] = []
@@ -171,11 +172,15 @@ class ShardWorker:
 
     def run(self, bag: PreparedBag, ticks: tuple[int, ...], cfg: ReplayConfig
             ) -> list[dict[str, Any]]:
-        """Replay `ticks` of `bag` (reading only their window) and return the records."""
-        if self.stream is None or not self.stream.continues_to(bag, cfg, ticks[0]):
-            if self.stream is not None:
-                self.stream.close()
-                self.stream = None
+        """Replay `ticks` of `bag` and return the records.
+
+        The open stream continues when these times follow it; otherwise the bag is read anew
+        from the window of the first time.
+        """
+        if self.stream is not None and not self.stream.continues_to(bag, cfg, ticks[0]):
+            self.stream.close()
+            self.stream = None
+        if self.stream is None:
             self.stream = BagStream(bag, cfg, window_start_log_ns(bag, ticks[0], cfg))
         store = _Collect()
         state = RunState(bags=[bag], scored=self.scored)
