@@ -2,9 +2,10 @@
 
 The driver scans the bags (as the serial replay does), cuts every bag's evaluation times not yet
 in the sample store into shards of consecutive times, and hands shards to actors as they become
-free. Each actor holds one engine (`num_gpus=1` on CUDA, one CPU otherwise), reads only its
-shard's time window of the bag where it lies (a path every node sees), and returns the records;
-the driver appends them to `samples.jsonl`, so a run stopped at any point resumes with
+free, each actor first on a lane of consecutive shards. Each actor holds one engine (`num_gpus=1`
+on CUDA, one CPU otherwise), reads the bag where it lies (a path every node sees) from its
+shard's time window on, keeping the stream open into the next consecutive shard, and returns the
+records; the driver appends them to `samples.jsonl`, so a run stopped at any point resumes with
 `--resume`. A shard whose actor dies is handed to another actor (a fresh one replaces the dead),
 and the report is built from the records in replay order: on the CPU it equals the serial run's
 bit for bit (the measured latencies aside). Ray is an optional extra; it is imported only here.
@@ -14,7 +15,9 @@ from __future__ import annotations
 import argparse
 import logging
 import math
+import os
 import sys
+import time
 import traceback
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -27,7 +30,13 @@ from tqdm import tqdm
 from alpamayo_offload.engine import EngineConfig
 from alpamayo_offload.replay.config import ReplayConfig
 from alpamayo_offload.replay.errors import ReplayConfigError
-from alpamayo_offload.replay.loop import Planner, PreparedBag, RunState, replay_bag
+from alpamayo_offload.replay.loop import (
+    BagStream,
+    Planner,
+    PreparedBag,
+    RunState,
+    window_start_log_ns,
+)
 from alpamayo_offload.replay.sample_store import SampleStore
 from alpamayo_offload.replay.session import (
     ResultBagOptions,
@@ -41,6 +50,18 @@ _LOG = logging.getLogger(__name__)
 RAY_MISSING = ("replay --ray needs Ray, an optional extra: pip install -e '.[ray]' (or "
                "pip install 'ray>=2.9') on every machine of the cluster")
 SHARDS_PER_WORKER = 4     # enough shards to balance actors of unequal speed
+WORKER_NICENESS_ENV = 'RAY_worker_niceness'
+
+
+def start_local_cluster(ray: Any, **options: Any) -> None:
+    """Start a local Ray cluster (no dashboard) whose workers run at normal CPU priority.
+
+    Ray starts its workers at niceness 15 unless `RAY_worker_niceness` says otherwise; on a host
+    shared with other processes the actors' engines then get less CPU than a serial replay. A
+    value already in the environment is kept. `options` go to `ray.init`.
+    """
+    os.environ.setdefault(WORKER_NICENESS_ENV, '0')
+    ray.init(include_dashboard=False, **options)
 
 
 def import_ray() -> Any:
@@ -100,8 +121,22 @@ def make_shards(bags: Sequence[PreparedBag], done: set[tuple[str, int]], count: 
     return shards
 
 
+def next_shard(pending: deque[Shard], follows: Shard | None, lanes: Sequence[Shard]) -> Shard:
+    """Take the shard an actor replays next from `pending`.
+
+    `follows` (the shard after the actor's last one) continues its open bag stream; an actor
+    without one starts the first of `lanes` (shards spread evenly over the run, so that each
+    actor then follows on through consecutive shards) still pending; else the first pending.
+    """
+    for shard in ([follows] if follows else []) + list(lanes):
+        if shard in pending:
+            pending.remove(shard)
+            return shard
+    return pending.popleft()
+
+
 class _Collect:
-    """The store an actor's `replay_bag` writes to: records kept for the driver."""
+    """The store an actor's bag stream writes to: records kept for the driver."""
 
     def __init__(self) -> None:
         self.records: list[dict[str, Any]] = []
@@ -119,12 +154,17 @@ class _NoBar:
 
 
 class ShardWorker:
-    """An actor's state: one planner, built once; replays shards on request."""
+    """An actor's state: one planner, built once; replays shards on request.
+
+    The bag stream stays open after a shard, so a following shard of the same bag continues
+    reading where it stopped instead of reading its window again.
+    """
 
     def __init__(self, factory: PlannerFactory) -> None:
         """Build the planner (the engine) in this process."""
         self.planner, self.info, self.sizing, self.errors = factory()
         self.scored = 0
+        self.stream: BagStream | None = None
 
     def describe(self) -> tuple[dict[str, Any], Any]:
         """Model info and image sizing, for the driver's configuration and report."""
@@ -132,10 +172,24 @@ class ShardWorker:
 
     def run(self, bag: PreparedBag, ticks: tuple[int, ...], cfg: ReplayConfig
             ) -> list[dict[str, Any]]:
-        """Replay `ticks` of `bag` (reading only their window) and return the records."""
+        """Replay `ticks` of `bag` and return the records.
+
+        The open stream continues when these times follow it; otherwise the bag is read anew
+        from the window of the first time.
+        """
+        if self.stream is not None and not self.stream.continues_to(bag, cfg, ticks[0]):
+            self.stream.close()
+            self.stream = None
+        if self.stream is None:
+            self.stream = BagStream(bag, cfg, window_start_log_ns(bag, ticks[0], cfg))
         store = _Collect()
         state = RunState(bags=[bag], scored=self.scored)
-        replay_bag(bag, cfg, self.planner, store, _NoBar(), state, self.errors, ticks=ticks)
+        try:
+            self.stream.evaluate(ticks, self.planner, store, _NoBar(), state, self.errors)
+        except BaseException:
+            self.stream.close()
+            self.stream = None
+            raise
         self.scored = state.scored
         return store.records
 
@@ -151,11 +205,15 @@ def run_sharded(bags: Sequence[PreparedBag], cfg: ReplayConfig, factory: Planner
     ray = import_ray()
     options = {'num_gpus': 1} if on_gpu else {'num_cpus': 1}
     actor_cls = ray.remote(**options)(ShardWorker)
+    started = time.perf_counter()
     actors = [actor_cls.remote(factory) for _ in range(workers)]
-    info, sizing = ray.get(actors[0].describe.remote())
+    described = ray.get([a.describe.remote() for a in actors])   # every engine is built
+    info, sizing = described[0]
     cfg = cfg.with_model_sizing(sizing)
     state = RunState(bags=list(bags))
+    state.wall_s['workers_start'] = time.perf_counter() - started
     with SampleStore.open(out_dir, fingerprint(cfg, bags), resume=resume) as store:
+        started = time.perf_counter()
         try:
             _drive(ray, actors, actor_cls, factory, bags, cfg, store, state, progress)
         except KeyboardInterrupt:
@@ -167,6 +225,7 @@ def run_sharded(bags: Sequence[PreparedBag], cfg: ReplayConfig, factory: Planner
             state.traceback = traceback.format_exc()
             _LOG.error('sharded replay failed: %s', state.error)
         finally:
+            state.wall_s['samples'] = time.perf_counter() - started
             for actor in actors:
                 ray.kill(actor)
         records = store.persisted()
@@ -179,10 +238,13 @@ def _drive(ray: Any, actors: list[Any], actor_cls: Any, factory: PlannerFactory,
            progress: bool) -> None:
     """Hand shards to free actors until all are stored; re-run a dead actor's shard elsewhere."""
     done = store.done()
-    pending = deque(make_shards(bags, done, len(actors) * SHARDS_PER_WORKER))
+    shards = make_shards(bags, done, len(actors) * SHARDS_PER_WORKER)
+    pending = deque(shards)
+    lanes = [shards[i * len(shards) // len(actors)] for i in range(len(actors))] if shards else []
+    successor = {a: b for a, b in zip(shards, shards[1:], strict=False) if a.bag == b.bag}
     bag_refs = [ray.put(b) for b in bags]
     cfg_ref = ray.put(cfg)
-    idle = list(actors)
+    idle: list[tuple[Any, Shard | None]] = [(a, None) for a in actors]
     running: dict[Any, tuple[Any, Shard]] = {}
     replacements = 2 * len(actors)    # a shard that kills every actor must not loop forever
     total = sum(len(b.ticks) for b in bags)
@@ -190,7 +252,8 @@ def _drive(ray: Any, actors: list[Any], actor_cls: Any, factory: PlannerFactory,
               unit='sample', file=sys.stderr, disable=not progress, dynamic_ncols=True) as bar:
         while pending or running:
             while idle and pending:
-                actor, shard = idle.pop(), pending.popleft()
+                actor, last = idle.pop(0)
+                shard = next_shard(pending, successor.get(last) if last else None, lanes)
                 ref = actor.run.remote(bag_refs[shard.bag], shard.ticks, cfg_ref)
                 running[ref] = (actor, shard)
             ready, _ = ray.wait(list(running), num_returns=1)
@@ -207,12 +270,12 @@ def _drive(ray: Any, actors: list[Any], actor_cls: Any, factory: PlannerFactory,
                 actors.remove(actor)
                 fresh = actor_cls.remote(factory)
                 actors.append(fresh)
-                idle.append(fresh)
+                idle.append((fresh, None))
                 continue
             for record in records:
                 store.append(record)
             bar.update(len(records))
-            idle.append(actor)
+            idle.append((actor, shard))
 
 
 def run_distributed_command(args: argparse.Namespace, cfg: ReplayConfig,
@@ -227,7 +290,7 @@ def run_distributed_command(args: argparse.Namespace, cfg: ReplayConfig,
         return 2
     if not ray.is_initialized():
         if args.ray == 'local':
-            ray.init(include_dashboard=False)
+            start_local_cluster(ray)
         else:
             ray.init(address=args.ray)
     on_gpu = cfg.engine.device.startswith('cuda')

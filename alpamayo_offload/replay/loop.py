@@ -14,7 +14,7 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
-from contextlib import nullcontext
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -78,6 +78,9 @@ class RunState:
     interrupted: bool = False
     error: str | None = None
     traceback: str | None = None
+    wall_s: dict[str, float] = field(default_factory=dict)
+    """Wall seconds per phase of this run: 'samples' (the evaluation loop) and, for a sharded
+    run, 'workers_start' (actors up, engines built); the bench separates start-up from rate."""
 
 
 def evaluation_span_ns(cfg: ReplayConfig) -> tuple[int, int]:
@@ -211,6 +214,95 @@ def _evaluate(bag: PreparedBag, tick: int, cameras: dict[int, list[Any]],
     }
 
 
+class BagStream:
+    """One bag read in recording order into the node's buffers, evaluated tick by tick.
+
+    Evaluation time T fires once the first message stamped after T has been pushed, as in a
+    whole-bag read; the stream then pauses, so later times of the same bag continue from there
+    with the very buffers a whole-bag read has (a Ray actor replays consecutive shards this way
+    without reading their windows again). `start_log_ns` starts reading at a window
+    (`window_start_log_ns` of the first time to evaluate); None reads from the start.
+    """
+
+    def __init__(self, bag: PreparedBag, cfg: ReplayConfig, start_log_ns: int | None = None
+                 ) -> None:
+        """Open the bag at `start_log_ns`; close with `close()` or use as a context manager."""
+        self.bag, self.cfg = bag, cfg
+        self.start_log_ns = start_log_ns
+        self.position_log_ns = -1 if start_log_ns is None else start_log_ns
+        self.last_tick: int | None = None
+        self._cams = {c.topic: (c.slot, StampedBuffer(cfg.camera_depth)) for c in cfg.cameras}
+        self._odom: StampedBuffer[OdometrySample] = StampedBuffer(cfg.odometry_depth)
+        self._last_stamp: int | None = None
+        self._ended = False
+        self._stack = ExitStack()
+        try:
+            reader = self._stack.enter_context(BagReader(bag.info.path, cfg.expected_topics()))
+            self._pool = self._stack.enter_context(ThreadPoolExecutor(
+                cfg.decode_threads, thread_name_prefix='replay-decode')) \
+                if cfg.decode_threads > 1 else None
+            self._messages = reader.messages(list(cfg.expected_topics()), start_log_ns)
+        except BaseException:
+            self._stack.close()
+            raise
+
+    def __enter__(self) -> BagStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the bag and the decoding threads."""
+        self._messages.close()
+        self._stack.close()
+
+    def continues_to(self, bag: PreparedBag, cfg: ReplayConfig, first_tick: int) -> bool:
+        """Whether evaluating `first_tick` here reads no more than a fresh window would."""
+        if bag.key != self.bag.key or cfg != self.cfg or \
+                (self.last_tick is not None and first_tick <= self.last_tick):
+            return False
+        start = window_start_log_ns(bag, first_tick, cfg)
+        return start is None or start <= self.position_log_ns
+
+    def evaluate(self, ticks: Sequence[int], planner: Planner, store: Any, bar: Any,
+                 state: RunState, planner_errors: tuple[type[Exception], ...] = ()) -> None:
+        """Evaluate ascending `ticks` (after any evaluated before) into `store`, one record each."""
+        for tick in ticks:
+            while not self._ended and (self._last_stamp is None or tick >= self._last_stamp):
+                self._read_one()
+            snapshot = {slot: buf.snapshot() for slot, buf in self._cams.values()}
+            record = evaluate_tick(self.bag, tick, snapshot, self._odom.snapshot(), self.cfg,
+                                   planner, planner_errors, warmup=state.scored == 0,
+                                   pool=self._pool)
+            store.append(record)
+            state.scored += record['status'] == 'ok'
+            if record['status'] != 'ok':
+                _LOG.debug('bag %r %s rejected: %s', self.bag.key, format_time(tick),
+                           record['message'])
+            bar.update(1)
+            self.last_tick = tick
+
+    def _read_one(self) -> None:
+        try:
+            m = next(self._messages, None)
+        except BagError:
+            if self.bag.damaged is None:
+                raise
+            m = None   # the scan found this damage: later ticks use what was read before it
+        if m is None:
+            self._ended = True
+            return
+        self.position_log_ns = m.log_ns
+        if m.topic == self.cfg.odometry_topic:
+            item: Any = odometry_from_msg(m.msg)
+            self._odom.push(item)
+        else:
+            item = image_from_msg(m.msg)
+            self._cams[m.topic][1].push(item)
+        self._last_stamp = item.stamp_ns
+
+
 def replay_bag(bag: PreparedBag, cfg: ReplayConfig, planner: Planner, store: Any,
                bar: Any, state: RunState, planner_errors: tuple[type[Exception], ...] = (),
                ticks: Sequence[int] | None = None) -> None:
@@ -225,48 +317,8 @@ def replay_bag(bag: PreparedBag, cfg: ReplayConfig, planner: Planner, store: Any
     if not todo:
         return
     start_log_ns = None if ticks is None else window_start_log_ns(bag, todo[0], cfg)
-    cams = {c.topic: (c.slot, StampedBuffer(cfg.camera_depth)) for c in cfg.cameras}
-    odom_buf: StampedBuffer[OdometrySample] = StampedBuffer(cfg.odometry_depth)
-    pending = iter(todo)
-    next_tick: int | None = next(pending, None)
-
-    def fire_until(stamp: int | None) -> int | None:
-        tick = next_tick
-        while tick is not None and (stamp is None or tick < stamp):
-            snapshot = {slot: buf.snapshot() for slot, buf in cams.values()}
-            record = evaluate_tick(bag, tick, snapshot, odom_buf.snapshot(), cfg, planner,
-                                   planner_errors, warmup=state.scored == 0, pool=pool)
-            store.append(record)
-            state.scored += record['status'] == 'ok'
-            if record['status'] != 'ok':
-                _LOG.debug('bag %r %s rejected: %s', bag.key, format_time(tick), record['message'])
-            bar.update(1)
-            tick = next(pending, None)
-        return tick
-
-    pool = ThreadPoolExecutor(cfg.decode_threads, thread_name_prefix='replay-decode') \
-        if cfg.decode_threads > 1 else None
-    with BagReader(bag.info.path, cfg.expected_topics()) as reader, pool or nullcontext():
-        messages = reader.messages(list(cfg.expected_topics()), start_log_ns)
-        while True:
-            try:
-                m = next(messages, None)
-            except BagError:
-                if bag.damaged is None:
-                    raise
-                m = None   # the scan found this damage: its ticks use what was read before it
-            if m is None:
-                break
-            if m.topic == cfg.odometry_topic:
-                item: Any = odometry_from_msg(m.msg)
-                odom_buf.push(item)
-            else:
-                item = image_from_msg(m.msg)
-                cams[m.topic][1].push(item)
-            next_tick = fire_until(item.stamp_ns)
-            if next_tick is None:
-                return
-    fire_until(None)
+    with BagStream(bag, cfg, start_log_ns) as stream:
+        stream.evaluate(todo, planner, store, bar, state, planner_errors)
 
 
 def run_replay(bags: Sequence[PreparedBag], cfg: ReplayConfig, planner: Planner,
@@ -283,6 +335,7 @@ def run_replay(bags: Sequence[PreparedBag], cfg: ReplayConfig, planner: Planner,
     initial = sum(1 for b in state.bags for t in b.ticks if (b.key, t) in done)
     with tqdm(total=total, initial=initial, unit='sample', file=sys.stderr, disable=not progress,
               dynamic_ncols=True) as bar:
+        started = time.perf_counter()
         try:
             for bag in state.bags:
                 bar.set_description(Path(bag.info.path).name)
@@ -298,4 +351,6 @@ def run_replay(bags: Sequence[PreparedBag], cfg: ReplayConfig, planner: Planner,
             state.error = f'{type(err).__name__}: {err}'
             state.traceback = traceback.format_exc()
             _LOG.error('replay failed: %s\n%s', state.error, state.traceback)
+        finally:
+            state.wall_s['samples'] = time.perf_counter() - started
     return state

@@ -9,7 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from alpamayo_offload.replay.distributed import EngineFactory, make_shards, run_sharded
+from alpamayo_offload.replay.distributed import (
+    EngineFactory,
+    make_shards,
+    run_sharded,
+    start_local_cluster,
+)
 from alpamayo_offload.replay.params import load_replay_config, parse_remaps
 from alpamayo_offload.replay.report import DETERMINISTIC_KEYS
 from alpamayo_offload.replay.session import prepare, replay_session
@@ -25,7 +30,7 @@ def cluster():
     old = os.environ.get('PYTHONPATH')
     os.environ['PYTHONPATH'] = os.pathsep.join([str(ROOT), str(Path(__file__).parent),
                                                 *([old] if old else [])])
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    start_local_cluster(ray, num_cpus=2, log_to_driver=False)
     yield
     ray.shutdown()
     if old is None:
@@ -101,6 +106,14 @@ def test_sharded_replay_equals_serial_and_survives_a_killed_worker(
     a = json.loads((tmp_path / 'serial' / 'metrics.json').read_text())
     b = json.loads((tmp_path / 'ray' / 'metrics.json').read_text())
     assert _deterministic(a) == _deterministic(b)      # bit for bit, through JSON too
+
+
+def test_local_cluster_workers_run_at_normal_priority(cluster) -> None:
+    @ray.remote(num_cpus=1)
+    def niceness() -> int:
+        return os.nice(0)
+
+    assert ray.get(niceness.remote()) == 0     # as a serial replay in this process runs
 
 
 def test_without_ray_the_option_says_how_to_install(monkeypatch) -> None:
