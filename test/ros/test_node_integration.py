@@ -60,7 +60,10 @@ def test_paths_stamped_with_t0_in_frame_with_all_stage_keys(tmp_path: Path) -> N
 
 
 def test_inputs_faster_than_inference_build_no_backlog(tmp_path: Path) -> None:
-    res = session(tmp_path, DriveConfig(duration_s=5.0), **{'inference.period_s': '0.02'})
+    # Ticks at 20 Hz, four times the tiny model's inference rate here. At 50 Hz the node's
+    # executor falls behind the bag's 100 Hz odometry on two loaded cores (odometry_stale), which
+    # is a separate limit (docs/ros.md), not the latest-only behaviour this test checks.
+    res = session(tmp_path, DriveConfig(duration_s=5.0), **{'inference.period_s': '0.05'})
     done = {s.values['inferences']: s for s in res.status('inference')
             if s.message == 'path published'}
     assert len(done) >= 3, res.node_output[-3000:]
