@@ -19,9 +19,10 @@ Threading: callbacks only stash encoded messages in bounded buffers (with
 `images.decode_ahead`, a small pool decodes and resizes each frame an inference may use as it
 arrives); a timer with an in-flight guard selects time-correct inputs (latest only, never a
 queue) and hands them to one worker thread, which decodes the rest, runs the engine and
-publishes. Transitions, subscriptions and the timer share one callback group; the diagnostics
-heartbeat has its own (two executor threads), so /diagnostics keeps reporting while configure
-loads the model.
+publishes. One executor thread runs every callback: with a second one /diagnostics kept
+reporting while configure loads the model, but rclpy's multi-threaded executor then fell
+behind 100 Hz odometry on a small CPU (inputs refused as stale), so the heartbeat pauses
+during that load.
 """
 from __future__ import annotations
 
@@ -43,9 +44,8 @@ import rclpy
 from diagnostic_msgs.msg import DiagnosticArray
 from nav_msgs.msg import Odometry, Path
 from rcl_interfaces.msg import SetParametersResult
-from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.clock import Clock, ClockType
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.parameter import Parameter
 from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
@@ -137,9 +137,8 @@ class AlpamayoOffloadNode(LifecycleNode):
         self._timings = StageTimings(diag.TIMED_KEYS, self._cfg.timing_window)
         self._diag_pub = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
         # Steady time: with use_sim_time, ROS time stands still until the simulator publishes
-        # /clock, and a node loading or waiting must still be visible.
+        # /clock, and a node waiting for it must still be visible.
         self.create_timer(self._cfg.diagnostics_period_s, self.publish_diagnostics,
-                          callback_group=MutuallyExclusiveCallbackGroup(),
                           clock=Clock(clock_type=ClockType.STEADY_TIME))
 
     # --- lifecycle transitions ----------------------------------------------------------------
@@ -504,7 +503,7 @@ def _autostart(node: AlpamayoOffloadNode) -> None:
 
 def run(node: AlpamayoOffloadNode) -> int:
     """Spin until the node reaches finalized (or ROS shuts down); return the exit status."""
-    executor = MultiThreadedExecutor(num_threads=2, context=node.context)
+    executor = SingleThreadedExecutor(context=node.context)
     executor.add_node(node)
     if node.autostart:
         starter: list[Any] = []
