@@ -33,7 +33,6 @@ import argparse
 import bisect
 import dataclasses
 import datetime
-import io
 import json
 import os
 import platform
@@ -48,7 +47,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from PIL import Image
 from sensor_msgs.msg import CompressedImage
 
 from alpamayo_offload.assembly import (
@@ -64,6 +62,7 @@ from alpamayo_offload.assembly import (
     select_inputs,
 )
 from alpamayo_offload.ros.conversions import path_msg, to_odom_frame
+from bench.bench_decode import camera_jpeg
 
 NS = 1_000_000_000
 TARGET_MS = 5.0
@@ -71,17 +70,6 @@ HOST_STAGES = ('preprocess', 'postprocess')   # the engine's stages besides the 
 SLOTS = (0, 1, 2, 6)
 MODEL_PHASES = ('vision', 'prefill', 'decode', 'diffusion')
 BUFFER_DEPTH = 20                  # the node's buffers.camera_depth default
-
-
-def camera_jpeg(seed: int) -> bytes:
-    """A 1920x1080 q90 JPEG with camera-like texture (gradients plus sensor noise)."""
-    rng = np.random.default_rng(seed)
-    yy, xx = np.mgrid[0:1080, 0:1920]
-    base = np.dstack([(xx // 7 + seed) % 256, (yy // 5) % 256, ((xx + yy) // 11) % 256])
-    rgb = np.clip(base + rng.normal(0.0, 4.0, base.shape), 0, 255).astype(np.uint8)
-    buf = io.BytesIO()
-    Image.fromarray(rgb).save(buf, format='JPEG', quality=90)
-    return buf.getvalue()
 
 
 def messages() -> dict[int, list[CompressedImage]]:

@@ -78,7 +78,7 @@ class Outcome:
 # --- publisher and subscriber roles (each its own process) --------------------------------------
 
 def _camera_jpeg() -> bytes:
-    from bench.bench_node_overhead import camera_jpeg
+    from bench.bench_decode import camera_jpeg
 
     return camera_jpeg(0)
 

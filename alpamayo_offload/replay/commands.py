@@ -41,7 +41,7 @@ def register(subparsers: Any) -> None:
     p.add_argument('--ray', nargs='?', const='local', default=None, metavar='ADDRESS|local',
                    help='shard samples over Ray actors, one engine each (a running cluster\'s '
                    'address, or "local"); needs `pip install -e \'.[ray]\'`')
-    p.add_argument('--workers', type=int, default=None, metavar='N',
+    p.add_argument('--workers', type=_positive_int, default=None, metavar='N',
                    help='Ray actors (default: the cluster\'s GPUs on CUDA, else 2)')
     p.add_argument('--node-name', default=NODE_NAME,
                    help='node name that `~` expands to and whose parameter file section is read '
@@ -64,6 +64,17 @@ def register(subparsers: Any) -> None:
     p.add_argument('--bev-plots', type=int, default=4, help='bird\'s-eye plots of N samples')
     p.add_argument('--no-progress', action='store_true', help='no progress bar on stderr')
     p.set_defaults(func=run)
+
+
+def _positive_int(text: str) -> int:
+    """Argparse type for counts: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f'{text!r} is not an integer') from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f'{value} must be >= 1')
+    return value
 
 
 def topic_overrides(cameras: list[str], odometry: str | None) -> dict[str, Any]:

@@ -78,3 +78,12 @@ def test_results_without_resume_fail_before_the_engine_loads(bag_factory, tmp_pa
                          str(out), '--no-progress'])
     assert code == 2 and loader_calls == []
     assert 'already holds replay results; pass --resume' in caplog.text
+
+
+@pytest.mark.parametrize('workers', ['0', '-2', 'two'])
+def test_ray_worker_count_must_be_a_positive_integer(workers: str,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(['replay', 'bag', '--ray', 'local', '--workers', workers])
+    assert exit_info.value.code == 2
+    assert '--workers' in capsys.readouterr().err
