@@ -101,7 +101,8 @@ def _build(v: dict[str, Any]) -> NodeConfig:
         odometry_tolerance_s=v['sync.odometry_tolerance_s'],
         max_input_age_s=v['sync.max_input_age_s'],
         max_camera_skew_s=v['sync.max_camera_skew_s'],
-        image_size_hw=(h, w) if h else None, max_pixels=v['images.max_pixels'])
+        image_size_hw=(h, w) if h else None, max_pixels=v['images.max_pixels'],
+        jpeg_dct_scaling=v['images.jpeg_dct_scaling'])
     return NodeConfig(
         engine=engine_config(v), vram_budget=budget, assembly=assembly,
         cameras=tuple(CameraInput(s, t, tr == 'compressed')

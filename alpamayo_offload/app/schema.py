@@ -177,10 +177,15 @@ _SPECS = (
     _p('decode.seed', _I, 0, 'sampling seed', restart=True),
     _p('images.height', _I, 0, 'height frames are resized to before the model (bilinear; the '
        'model then resizes again if it wants another size); 0 with images.width 0: the loaded '
-       "model's own input size, resized as the model itself resizes the full frame (same "
-       'pixels as sending it the full frame)', unit='px', minimum=0),
+       "model's own input size, resized as the model itself resizes the full frame",
+       unit='px', minimum=0),
     _p('images.width', _I, 0, 'width frames are resized to before the model; 0 with '
        "images.height 0: the loaded model's own input size", unit='px', minimum=0),
+    _p('images.jpeg_dct_scaling', _B, True, 'decode a JPEG on the CPU at the largest DCT '
+       'scale (1/2, 1/4, 1/8) that still covers the size it is resized to (a 1080p frame for '
+       'a 576x320 model: half the CPU time); the pixels then differ from those of the full '
+       'frame by a fraction of a grey level on average; false: decode the full frame, so the '
+       'model sees exactly the pixels it makes of the full frame'),
     _p('images.decode_threads', _I, 0, 'threads decoding the 16 frames of one inference in '
        f'parallel (0: one per core, at most {MAX_AUTO_DECODE_THREADS})', unit='threads',
        minimum=0, restart=True),

@@ -48,7 +48,8 @@ class AssemblyConfig:
     own input size by `model_sizing` (the loaded engine's `image_sizing`, set once it is known:
     the model gets exactly the pixels it would make of the full frame), else kept at native size.
     `max_pixels` bounds a frame's pixel count (checked on its header, before decoding);
-    `jpeg_decoder` decodes JPEGs instead of the CPU (the GPU's, set by the node).
+    `jpeg_decoder` decodes JPEGs instead of the CPU (the GPU's, set by the node);
+    `jpeg_dct_scaling` lets the CPU decode JPEGs at a reduced DCT scale (`decode_image`).
     """
 
     camera_slots: tuple[int, ...] = (0, 1, 2, 6)
@@ -66,6 +67,7 @@ class AssemblyConfig:
     model_sizing: FrameSizing | None = None
     max_pixels: int = DEFAULT_MAX_PIXELS
     jpeg_decoder: JpegDecoder | None = field(default=None, repr=False)
+    jpeg_dct_scaling: bool = True
 
     def __post_init__(self) -> None:
         slots = self.camera_slots
@@ -93,8 +95,8 @@ class AssemblyConfig:
 
     @property
     def decode_options(self) -> DecodeOptions:
-        """The per-frame decoding limits and JPEG decoder."""
-        return DecodeOptions(self.max_pixels, self.jpeg_decoder)
+        """The per-frame decoding limits, JPEG decoder and DCT scaling."""
+        return DecodeOptions(self.max_pixels, self.jpeg_decoder, self.jpeg_dct_scaling)
 
     @property
     def frame_size(self) -> FrameSize:

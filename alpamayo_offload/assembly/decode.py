@@ -58,8 +58,13 @@ class FrameSizing(Protocol):
     def size_hw(self, height: int, width: int) -> tuple[int, int]:
         """(H, W) the model's processor resizes a height x width frame to."""
 
-    def resize(self, image: Image.Image) -> Image.Image:
-        """Resize a full RGB frame exactly as the model's processor does."""
+    def resize(self, image: Image.Image,
+               size_hw: tuple[int, int] | None = None) -> Image.Image:
+        """Resize an RGB frame with the model processor's own method, to `size_hw` if given.
+
+        Without `size_hw` the frame goes to its own target (`size_hw(image.height,
+        image.width)`); a frame decoded at a reduced JPEG scale passes the full frame's target.
+        """
 
 
 class JpegDecoder(Protocol):
@@ -73,10 +78,15 @@ class JpegDecoder(Protocol):
 
 @dataclass(frozen=True)
 class DecodeOptions:
-    """Limits and the JPEG decoder; from `AssemblyConfig.decode_options`."""
+    """Limits, the JPEG decoder and its scaling; from `AssemblyConfig.decode_options`.
+
+    `dct_scaling`: the CPU decodes a JPEG at the largest DCT scale (1/2, 1/4, 1/8) whose frame
+    still covers the size it is resized to (`images.jpeg_dct_scaling`).
+    """
 
     max_pixels: int = DEFAULT_MAX_PIXELS
     jpeg_decoder: JpegDecoder | None = None     # None: the CPU (cv_bridge / OpenCV)
+    dct_scaling: bool = True
 
 
 # (H, W): a fixed size; FrameSizing: the model's size; None: the native size.
@@ -88,12 +98,15 @@ def decode_image(image: EncodedImage, size: FrameSize,
     """Decode to (H, W, 3) RGB uint8, resized by `size`.
 
     - (H, W), a fixed size (`images.height/width`): area-averaged when shrinking (bilinear when
-      growing), and JPEGs are decoded on the CPU at a reduced DCT scale (1/2, 1/4, 1/8) when the
-      target still fits in the reduced frame (1080p decodes several times cheaper); the model
-      then resizes this frame again if it wants another size.
-    - a `FrameSizing`, the model's: the full frame is decoded and resized by the model's own
-      resize to its input size, so the model gets the very pixels it would make of the full
-      frame (and does not resize again).
+      growing); the model then resizes this frame again if it wants another size.
+    - a `FrameSizing`, the model's: resized by the model's own resize to the size it gives the
+      full frame, so the model does not resize again.
+    With `options.dct_scaling` the CPU decodes a JPEG at the largest DCT scale (1/2, 1/4, 1/8)
+    whose frame still covers the target (a 1080p frame for a 576x320 model decodes at 1/2,
+    about 2x cheaper; for a 96x64 model at 1/8, about 5x): the scaled decode averages 8x8
+    blocks, so the model's pixels differ from those it makes of the full frame by a fraction
+    of a grey level on average (a few levels at sharp edges). Without it, the full frame is
+    decoded and the model gets exactly the pixels of the full frame.
     - None: the native size.
 
     Returns the pixels, the frame's *source* size (height, width), which the assembler compares
@@ -104,20 +117,27 @@ def decode_image(image: EncodedImage, size: FrameSize,
         px, src = _decode_compressed(image, size, options)
     else:
         px, src = _decode_raw(image, options), (image.height, image.width)
-    return Decoded(_resize(px, size), src, time.perf_counter() - start)
+    return Decoded(_resize(px, src, size), src, time.perf_counter() - start)
 
 
-def _resize(px: np.ndarray, size: FrameSize) -> np.ndarray:
-    h, w = px.shape[:2]
+def _target_hw(src_hw: tuple[int, int], size: FrameSize) -> tuple[int, int]:
+    """(H, W) a frame sent at `src_hw` ends at."""
     if isinstance(size, tuple):
-        if (h, w) == size:
-            return px
-        shrink = size[0] <= h and size[1] <= w
-        return cv2.resize(px, (size[1], size[0]),
+        return size
+    return src_hw if size is None else size.size_hw(*src_hw)
+
+
+def _resize(px: np.ndarray, src_hw: tuple[int, int], size: FrameSize) -> np.ndarray:
+    h, w = px.shape[:2]
+    target = _target_hw(src_hw, size)
+    if (h, w) == target:
+        return px
+    if isinstance(size, tuple):
+        shrink = target[0] <= h and target[1] <= w
+        return cv2.resize(px, (target[1], target[0]),
                           interpolation=cv2.INTER_AREA if shrink else cv2.INTER_LINEAR)
-    if size is not None and size.size_hw(h, w) != (h, w):
-        return np.asarray(size.resize(Image.fromarray(px)))
-    return px
+    assert size is not None   # the native size is never resized
+    return np.asarray(size.resize(Image.fromarray(px), target))
 
 
 def _check_pixels(image: EncodedImage, h: int, w: int, max_pixels: int) -> None:
@@ -187,11 +207,9 @@ def _check_complete(image: EncodedImage, codec: str) -> None:
 
 
 def _reduction(src_hw: tuple[int, int], size: FrameSize) -> int:
-    """Largest JPEG DCT scale-down after which the frame still covers a fixed target size."""
-    if not isinstance(size, tuple):
-        return 1
-    fits = [r for r in REDUCTIONS
-            if -(-src_hw[0] // r) >= size[0] and -(-src_hw[1] // r) >= size[1]]
+    """Largest JPEG DCT scale-down after which the frame still covers its target size."""
+    th, tw = _target_hw(src_hw, size)
+    fits = [r for r in REDUCTIONS if -(-src_hw[0] // r) >= th and -(-src_hw[1] // r) >= tw]
     return max(fits, default=1)
 
 
@@ -209,8 +227,9 @@ def _decode_compressed(image: EncodedImage, size: FrameSize,
         if gpu is not None:
             px = gpu.decode(image.data)
         else:
-            px = converter().compressed_to_rgb(image.data, _reduction(src_hw, size)
-                                               if codec == 'jpeg' else 1)
+            scale = (_reduction(src_hw, size) if codec == 'jpeg' and options.dct_scaling
+                     else 1)
+            px = converter().compressed_to_rgb(image.data, scale)
     except Exception as err:  # noqa: BLE001 - any codec failure on validated data is corruption
         decoder = gpu.name if gpu is not None else converter().path
         raise InputError(IMAGE_CORRUPT, f'{image.encoding!r} frame at stamp {image.stamp_ns} '

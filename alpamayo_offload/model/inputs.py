@@ -111,9 +111,14 @@ class ImageSizing:
                             max_pixels=self.max_pixels)
         return int(h), int(w)
 
-    def resize(self, image: Image.Image) -> Image.Image:
-        """Resize an RGB frame as the processor does (returned as is when already at size)."""
-        th, tw = self.size_hw(image.height, image.width)
+    def resize(self, image: Image.Image,
+               size_hw: tuple[int, int] | None = None) -> Image.Image:
+        """Resize an RGB frame as the processor does (returned as is when already at size).
+
+        To `size_hw` when given (the target of the full frame, for a frame decoded at a reduced
+        JPEG scale), else to this frame's own target.
+        """
+        th, tw = size_hw if size_hw is not None else self.size_hw(image.height, image.width)
         if (image.height, image.width) == (th, tw):
             return image
         return image.resize((tw, th), Image.Resampling.BICUBIC)

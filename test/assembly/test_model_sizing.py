@@ -1,8 +1,10 @@
 """Frames resized by the node's path to the model's own size give the model the full frame's pixels.
 
 The node and replay resize each frame to the size the loaded model wants (`Engine.image_sizing`),
-so the engine's preprocessing does not resize again. The model must get exactly what it makes of
-the full-size frame: same `pixel_values`, grid and prompt, bit for bit.
+so the engine's preprocessing does not resize again. Without JPEG DCT scaling the model gets
+exactly what it makes of the full-size frame: same `pixel_values`, grid and prompt, bit for bit;
+with it (the default) a JPEG is decoded at a reduced scale first and the pixels stay within a
+fraction of a grey level of those.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from PIL import Image
 from alpamayo_offload.assembly import (
     AssemblyConfig,
     DecodeAheadBuffer,
+    DecodeOptions,
     EncodedImage,
     OdometrySample,
     assemble,
@@ -31,6 +34,7 @@ NS = 1_000_000_000
 T_START = 1_000 * NS
 SLOTS = (0, 1, 2, 6)
 _CHANNELS = {'rgb8': 3, 'bgra8': 4, 'mono8': 1}
+EXACT = DecodeOptions(dct_scaling=False)
 
 
 def camera_rgb(seed: int, h: int = 1080, w: int = 1920) -> np.ndarray:
@@ -70,7 +74,7 @@ def test_each_transport_resized_to_the_tiny_model_size_is_the_full_frame(transpo
     sizing = ImageSizing.of(cfg)
     images = [encoded(camera_rgb(seed), transport) for seed in range(2)]
     full = np.stack([decode_image(im, None)[0] for im in images])
-    small, src, _ = zip(*(decode_image(im, sizing) for im in images), strict=True)
+    small, src, _ = zip(*(decode_image(im, sizing, EXACT) for im in images), strict=True)
     assert set(src) == {(1080, 1920)} and full.shape[1:3] == (1080, 1920)
     assert np.stack(small).shape[1:3] == sizing.size_hw(1080, 1920) == (64, 96)
     (a, grid_a), (b, grid_b) = pixels(full, cfg), pixels(np.stack(small), cfg)
@@ -82,13 +86,13 @@ def test_release_model_size_is_the_full_frame_and_a_two_stage_resize_is_not() ->
     sizing = ImageSizing.of(cfg)
     image = encoded(camera_rgb(7), 'jpeg')
     full, _, _ = decode_image(image, None)
-    small, _, _ = decode_image(image, sizing)
+    small, _, _ = decode_image(image, sizing, EXACT)
     assert small.shape == (320, 576, 3)
     assert torch.equal(pixels(full[None], cfg)[0], pixels(small[None], cfg)[0])
     # why the node resizes straight to the model's size: 1080p -> 320x576 -> 64x96 (what the
     # node did for every model) is not what the tiny model makes of the 1080p frame
     tiny = tiny_config()
-    via_release, _, _ = decode_image(image, ImageSizing.of(tiny))
+    via_release, _, _ = decode_image(image, ImageSizing.of(tiny), EXACT)
     two_stage = np.asarray(ImageSizing.of(tiny).resize(Image.fromarray(small)))
     assert two_stage.shape == via_release.shape == (64, 96, 3)
     assert not np.array_equal(two_stage, via_release)
@@ -101,7 +105,8 @@ def test_frames_decoded_ahead_at_the_model_size_give_prepare_inputs_the_full_fra
     cams = {slot: [encoded(camera_rgb(10 * c + k), 'jpeg', T_START + 2 * NS + k * NS // 10)
                    for k in range(4)] for c, slot in enumerate(SLOTS)}
     odom = odometry()
-    node_cfg = AssemblyConfig(model_sizing=sizing)    # images.height/width 0/0, model loaded
+    # images.height/width 0/0, model loaded, images.jpeg_dct_scaling false
+    node_cfg = AssemblyConfig(model_sizing=sizing, jpeg_dct_scaling=False)
     assert node_cfg.frame_size == sizing
     with ThreadPoolExecutor(2) as pool:
         bufs = {s: DecodeAheadBuffer(20, pool, 0.08) for s in SLOTS}
@@ -124,6 +129,25 @@ def test_frames_decoded_ahead_at_the_model_size_give_prepare_inputs_the_full_fra
     assert torch.equal(a.pixel_values, b.pixel_values)
     assert torch.equal(a.image_grid_thw, b.image_grid_thw)
     assert torch.equal(a.input_ids, b.input_ids)
+
+
+@pytest.mark.parametrize(('cfg', 'scale'), [(tiny_config(), 8), (AlpamayoConfig(), 2)],
+                         ids=['tiny', 'release'])
+def test_dct_scaled_jpeg_is_the_model_resize_of_the_reduced_frame(cfg: AlpamayoConfig,
+                                                                  scale: int) -> None:
+    """The default decodes at the largest DCT scale covering the model's size, then resizes."""
+    sizing = ImageSizing.of(cfg)
+    image = encoded(camera_rgb(3), 'jpeg')
+    target = sizing.size_hw(1080, 1920)
+    scaled, src, _ = decode_image(image, sizing)
+    exact, _, _ = decode_image(image, sizing, EXACT)
+    reduced, _, _ = decode_image(image, (1080 // scale, 1920 // scale))
+    assert src == (1080, 1920) and scaled.shape[:2] == exact.shape[:2] == target
+    half_again = (-(-1080 // (2 * scale)), -(-1920 // (2 * scale)))   # the next DCT scale
+    assert scale == 8 or half_again[0] < target[0] or half_again[1] < target[1]
+    assert np.array_equal(scaled, np.asarray(sizing.resize(Image.fromarray(reduced), target)))
+    diff = np.abs(scaled.astype(int) - exact.astype(int))
+    assert diff.mean() < 0.5 and not np.array_equal(scaled, exact)
 
 
 def test_nothing_decoded_ahead_before_the_size_is_known() -> None:
