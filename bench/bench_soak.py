@@ -12,7 +12,10 @@ of one camera.
 Every `--sample-s` seconds the node process is sampled: resident memory (VmRSS), open file
 descriptors (/proc/PID/fd), threads (/proc/PID/status), and the paths it published since the
 last sample (paths/s); /diagnostics statuses above OK are counted per reason (the text before
-the first ':' of the status message). Written to `--out`: soak.csv
+the first ':' of the status message); the drive's publisher lag (how far behind their stamps its
+messages went out: the drive publishes in stamp order, so a late publisher delays frames but
+never sends them ahead of odometry) and the machine's load average are recorded beside, so a
+drop in paths/s can be told apart from a slow or starved publisher. Written to `--out`: soak.csv
 (one row per sample), soak.json (samples, summary, machine, command) and node.log. The summary,
 printed last, gives the growth after warm-up (least-squares slope per 10 minutes of RSS, fds and
 threads over the samples after `--warmup-s`) and paths/s mean and min after warm-up.
@@ -75,6 +78,8 @@ class Sample:
     paths_per_s: float
     non_ok_statuses: int  # diagnostics statuses above OK since the previous sample
     bad_inputs: str       # bad inputs sent since the previous sample
+    publisher_lag_ms: float = 0.0   # most the drive's messages went out behind their stamps
+    load_1min: float = 0.0          # the machine's 1-minute load average
 
 
 def proc_status(pid: int) -> tuple[float, int, int]:
@@ -206,6 +211,8 @@ def summarize(samples: list[Sample], warmup_s: float) -> dict[str, Any]:
         'paths_per_s_min': min((s.paths_per_s for s in after), default=math.nan),
         'paths_total': sum(s.paths for s in samples),
         'non_ok_statuses_total': sum(s.non_ok_statuses for s in samples),
+        'publisher_lag_ms_max': max((s.publisher_lag_ms for s in after), default=math.nan),
+        'load_1min_range': rng([s.load_1min for s in after]),
     }
 
 
@@ -242,6 +249,7 @@ def soak(args: argparse.Namespace, env: dict[str, str]) -> tuple[list[Sample], d
     sent_bad: list[str] = []
     pending_bad: dict[str, str] = {}   # slot or 'odom' -> bad input for its next message
     last_paths, last_non_ok = 0, 0
+    lag_ms = 0.0
     try:
         while time.monotonic() < end and proc.poll() is None:
             now = time.monotonic()
@@ -254,29 +262,39 @@ def soak(args: argparse.Namespace, env: dict[str, str]) -> tuple[list[Sample], d
                 else:
                     pending_bad['odom' if bad == 'nan_odometry' else
                                 str(COMPRESSED_SLOTS[0] if bad == 'corrupt_jpeg' else 0)] = bad
-            cam_due = start + cam_k / CAMERA_HZ
-            odom_due = start + odom_k / ODOM_HZ
-            if now >= cam_due:
-                stamp = wall0 + round(cam_k / CAMERA_HZ * NS)
-                for slot in SLOTS:
-                    if slot == SLOTS[-1] and now - start < drive.gap_until_s:
-                        continue
-                    drive.camera(slot, cam_k, stamp, pending_bad.pop(str(slot), ''))
-                cam_k += 1
-            if now >= odom_due:
-                t_s = odom_k / ODOM_HZ
-                drive.odometry(t_s, wall0 + round(t_s * NS), nan=bool(pending_bad.pop('odom', '')))
-                odom_k += 1
+            # Messages go out in stamp order, also when this process runs late, so a late
+            # publisher never sends camera frames ahead of the odometry that covers them.
+            while True:
+                cam_due = start + cam_k / CAMERA_HZ
+                odom_due = start + odom_k / ODOM_HZ
+                due_now = min(cam_due, odom_due)
+                if due_now > time.monotonic():
+                    break
+                lag_ms = max(lag_ms, (time.monotonic() - due_now) * 1e3)
+                if cam_due <= odom_due:
+                    stamp = wall0 + round(cam_k / CAMERA_HZ * NS)
+                    for slot in SLOTS:
+                        if slot == SLOTS[-1] and now - start < drive.gap_until_s:
+                            continue
+                        drive.camera(slot, cam_k, stamp, pending_bad.pop(str(slot), ''))
+                    cam_k += 1
+                else:
+                    t_s = odom_k / ODOM_HZ
+                    drive.odometry(t_s, wall0 + round(t_s * NS),
+                                   nan=bool(pending_bad.pop('odom', '')))
+                    odom_k += 1
             if now >= next_sample:
                 rss, fds, threads = proc_status(proc.pid)
                 paths = counts['paths'] - last_paths
                 samples.append(Sample(round(now - start, 2), round(rss, 1), fds, threads, paths,
                                       paths / args.sample_s, counts['non_ok'] - last_non_ok,
-                                      '+'.join(sent_bad)))
+                                      '+'.join(sent_bad), round(lag_ms, 1),
+                                      round(os.getloadavg()[0], 2)))
                 print(f'{samples[-1].t_s:7.1f} s  rss {rss:7.1f} MiB  fds {fds:3d}  threads '
-                      f'{threads:3d}  paths/s {paths / args.sample_s:5.2f}  '
+                      f'{threads:3d}  paths/s {paths / args.sample_s:5.2f}  publisher lag '
+                      f'{lag_ms:6.1f} ms  load {samples[-1].load_1min:5.2f}  '
                       f'{"+".join(sent_bad)}', flush=True)
-                sent_bad = []
+                sent_bad, lag_ms = [], 0.0
                 last_paths, last_non_ok = counts['paths'], counts['non_ok']
                 next_sample += args.sample_s
             due = min(start + cam_k / CAMERA_HZ, start + odom_k / ODOM_HZ, next_sample, next_bad)
@@ -337,7 +355,8 @@ def main(argv: list[str] | None = None) -> None:
           f'10 min: RSS {s["rss_mib_slope_per_10min"]:+.2f} MiB (range {s["rss_mib_range"]}), '
           f'fds {s["fds_slope_per_10min"]:+.2f} (range {s["fds_range"]}), threads '
           f'{s["threads_slope_per_10min"]:+.2f} (range {s["threads_range"]}); paths/s mean '
-          f'{s["paths_per_s_mean"]:.2f}, min {s["paths_per_s_min"]:.2f}')
+          f'{s["paths_per_s_mean"]:.2f}, min {s["paths_per_s_min"]:.2f}; publisher lag max '
+          f'{s["publisher_lag_ms_max"]:.0f} ms; load {s["load_1min_range"]}')
 
 
 if __name__ == '__main__':
