@@ -181,8 +181,8 @@ _SPECS = (
        'pixels as sending it the full frame)', unit='px', minimum=0),
     _p('images.width', _I, 0, 'width frames are resized to before the model; 0 with '
        "images.height 0: the loaded model's own input size", unit='px', minimum=0),
-    _p('images.decode_threads', _I, 0, 'threads decoding the frames of one inference (4 per camera) in '
-       f'parallel (0: one per core, at most {MAX_AUTO_DECODE_THREADS})', unit='threads',
+    _p('images.decode_threads', _I, 0, 'threads decoding the frames of one inference (4 per '
+       f'camera) in parallel (0: one per core, at most {MAX_AUTO_DECODE_THREADS})', unit='threads',
        minimum=0, restart=True),
     _p('images.decode_ahead', _B, True, 'decode + resize each frame in the background as it '
        "arrives, so an inference finds its frames ready (frames not ready are decoded when "
