@@ -3,10 +3,12 @@
 ros2 launch alpamayo_offload alpamayo_offload_carla.launch.py model:=/models/alpamayo-r1 \
     role_name:=ego_vehicle vram_budget:=free-1.5GiB plan_file:=plan.yaml
 
-Inputs: /carla/<role_name>/<camera_N_id>/image (raw bgra8) for Alpamayo cameras 0, 1, 2, 6 and
-/carla/<role_name>/odometry. Outputs: the ego-frame path on ~/output/path (frame
-<role_name>/rear_axle, published as static TF from the actor origin) and the map-frame path on
-/carla/<role_name>/waypoints for the bridge's AD agent. docs/carla.md has the whole setup.
+Inputs: /carla/<role_name>/<camera_N_id>/image (raw bgra8) for Alpamayo cameras 0, 1, 2, 6 (R1,
+1.5), or 0, 1, 2, 3, 5, 6 when the model is an Alpamayo 2 Super (model_family:=auto reads it from
+the model: a preset name or the checkpoint's config.json), and /carla/<role_name>/odometry.
+Outputs: the ego-frame path on ~/output/path (frame <role_name>/rear_axle, published as static
+TF from the actor origin) and the map-frame path on /carla/<role_name>/waypoints for the
+bridge's AD agent. docs/carla.md has the whole setup.
 Launch drives the node's lifecycle as alpamayo_offload.launch.py does (respawn:=true restarts it).
 """
 from __future__ import annotations
@@ -18,14 +20,17 @@ from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import LifecycleNode, Node
 
 from alpamayo_offload.app.carla import (
-    DEFAULT_CAMERA_IDS,
     DEFAULT_REAR_AXLE_OFFSET,
     DEFAULT_ROLE,
+    FAMILY_CAMERAS,
+    RIG_CAMERA_IDS,
     bridge_remaps,
     ego_frame,
+    model_family,
     node_overrides,
     parse_offset,
 )
+from alpamayo_offload.app.param_file import read_param_file
 from alpamayo_offload.app.schema import NODE_NAME
 from alpamayo_offload.ros.launch_checks import require_packages
 from alpamayo_offload.ros.launch_lifecycle import drive_lifecycle
@@ -46,12 +51,16 @@ def _actions(context: LaunchContext) -> list:
     # Before any action: a package missing later would leave the nodes started before as orphans.
     require_packages(starts, 'alpamayo_offload_carla.launch.py')
     role = arg('role_name')
-    cameras = {slot: arg(f'camera_{slot}_id') for slot in DEFAULT_CAMERA_IDS}
     files = [arg('params_file'), arg('carla_params_file')]
     if arg('plan_file'):
         files.append(arg('plan_file'))
+    family = arg('model_family')
+    if family == 'auto':
+        model = arg('model') or _files_model(files)
+        family = model_family(model)
+    cameras = {slot: arg(f'camera_{slot}_id') for slot in FAMILY_CAMERAS[family]}
     overrides = node_overrides(role, arg('vram_budget'), arg('rear_axle_offset'), arg('device'),
-                               arg('model'))
+                               arg('model'), tuple(cameras))
     respawn = arg('respawn') == 'true'
     node = LifecycleNode(
         package='alpamayo_offload', executable='alpamayo_offload_node',
@@ -69,6 +78,14 @@ def _actions(context: LaunchContext) -> list:
     return actions
 
 
+def _files_model(files: list[str]) -> str:
+    """Return the `model` the parameter files set (the last file that sets it wins, as in ROS)."""
+    model = ''
+    for path in files:
+        model = str(read_param_file(Path(path)).get('model', model))
+    return model
+
+
 def generate_launch_description() -> LaunchDescription:
     """Arguments: role name, camera sensor ids, parameter files, VRAM budget, model, rear axle."""
     offset = '[' + ', '.join(str(v) for v in DEFAULT_REAR_AXLE_OFFSET) + ']'
@@ -77,7 +94,7 @@ def generate_launch_description() -> LaunchDescription:
                               description='role name of the ego vehicle in the bridge'),
         *[DeclareLaunchArgument(f'camera_{slot}_id', default_value=sensor_id,
                                 description=f'bridge sensor id of Alpamayo camera {slot}')
-          for slot, sensor_id in DEFAULT_CAMERA_IDS.items()],
+          for slot, sensor_id in RIG_CAMERA_IDS.items()],
         DeclareLaunchArgument('params_file', default_value=str(CONFIG / 'alpamayo_offload.yaml'),
                               description='node parameter file'),
         DeclareLaunchArgument('carla_params_file', default_value=str(CONFIG / 'carla.yaml'),
@@ -88,6 +105,10 @@ def generate_launch_description() -> LaunchDescription:
                               description='"free-<margin>" is measured when the node starts'),
         DeclareLaunchArgument('model', default_value='',
                               description='checkpoint directory (empty: as in params_file)'),
+        DeclareLaunchArgument('model_family', default_value='auto',
+                              choices=['auto', *FAMILY_CAMERAS],
+                              description='the cameras to subscribe: 2super six, r1 and 1.5 four; '
+                              'auto: the family of the model (preset name or config.json)'),
         DeclareLaunchArgument('device', default_value='cuda', description='cuda, cuda:N or cpu'),
         DeclareLaunchArgument('rear_axle_offset', default_value=offset,
                               description='rear axle in the actor-origin frame, metres'),

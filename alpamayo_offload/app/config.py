@@ -129,7 +129,8 @@ def engine_config(v: Mapping[str, Any]) -> EngineConfig:
     """Build the `EngineConfig` of resolved values (no budget: the loader resolves it once).
 
     `decode.diffusion_steps` 0 leaves `EngineConfig.diffusion_steps` at its default, the
-    checkpoint's own step count.
+    checkpoint's own step count. The engine sizes its working set (and its warm-up input) for
+    the cameras the node subscribes (`cameras.slots`): six for 2 Super's release profile.
     """
     from ..engine import EngineConfig  # torch and the model, once the parameters are valid
 
@@ -142,6 +143,7 @@ def engine_config(v: Mapping[str, Any]) -> EngineConfig:
         tokenizer_dir=v['tokenizer_dir'] or None, max_decode_tokens=v['decode.max_tokens'],
         fixed_decode_tokens=v['decode.fixed_tokens'] or None, seed=v['decode.seed'],
         compressed=compressed, compression=v['compression'],
+        num_cameras=len(v['cameras.slots']),
         **({'diffusion_steps': steps} if steps else {}))
 
 

@@ -44,7 +44,7 @@ NODE_NAME = 'alpamayo_offload_node'
 """Name of the node; replay expands `~` in topic names and reads parameter sections with it."""
 
 SEQUENCES = ('vit', 'lm', 'expert')
-MAX_AUTO_DECODE_THREADS = 16   # 4 cameras x 4 frames
+MAX_AUTO_DECODE_THREADS = 16   # 4 cameras x 4 frames (2 Super's six cameras: 24 frames)
 PLAN_PREFIX = 'plan.'
 ROS_OWN = frozenset({'use_sim_time', 'start_type_description_service'})
 ROS_OWN_PREFIXES = ('qos_overrides.',)
@@ -186,12 +186,12 @@ _SPECS = (
        'a 576x320 model: half the CPU time); the pixels then differ from those of the full '
        'frame by a fraction of a grey level on average; false: decode the full frame, so the '
        'model sees exactly the pixels it makes of the full frame'),
-    _p('images.decode_threads', _I, 0, 'threads decoding the 16 frames of one inference in '
-       f'parallel (0: one per core, at most {MAX_AUTO_DECODE_THREADS})', unit='threads',
+    _p('images.decode_threads', _I, 0, 'threads decoding the frames of one inference (4 per '
+       f'camera) in parallel (0: one per core, at most {MAX_AUTO_DECODE_THREADS})', unit='threads',
        minimum=0, restart=True),
     _p('images.decode_ahead', _B, True, 'decode + resize each frame in the background as it '
        "arrives, so an inference finds its frames ready (frames not ready are decoded when "
-       "selected); false: decode the 16 selected frames when an inference starts", restart=True),
+       "selected); false: decode the selected frames when an inference starts", restart=True),
     _p('images.decode_ahead_min_interval_s', _F, 0.08, 'decode ahead a frame only if no frame '
        'of its camera within this interval already is (the model takes frames 0.1 s apart); 0: '
        'every frame, which cameras above ~12 Hz need for their frames to be ready',
@@ -208,7 +208,8 @@ _SPECS = (
        'a warning in the input diagnostics (image_decode_slow); 0: never', unit='ms',
        minimum=0.0),
     _p('cameras.slots', Kind.INTEGER_ARRAY, [0, 1, 2, 6],
-       'Alpamayo camera index of each camera topic', minimum=0, maximum=6, restart=True),
+       'Alpamayo camera index of each camera topic (R1 and 1.5: 0, 1, 2, 6; 2 Super: 0, 1, 2, '
+       '3, 5, 6, config/alpamayo_offload_2super.yaml)', minimum=0, maximum=6, restart=True),
     _p('cameras.topics', Kind.STRING_ARRAY,
        ['~/input/camera_0/image', '~/input/camera_1/image', '~/input/camera_2/image',
         '~/input/camera_6/image'], 'camera topics, same order as cameras.slots', restart=True),

@@ -29,6 +29,7 @@ from ..model import (
     graph_decoder_layers,
     prepare_inputs,
     prepare_vqa_inputs,
+    release_camera_slots,
     roll_rotary,
     run_inference,
     sync_vision_once,
@@ -384,13 +385,18 @@ class Engine:
 
     def example_input(self, height: int = 1080, width: int = 1920,
                       presized: bool = False) -> _ExampleInput:
-        """Return a fixed input: 4 cameras x 4 frames of moving gradients, a gentle curve.
+        """Return a fixed input: the family's release cameras x 4 frames, a gentle curve.
+
+        Four cameras (R1, 1.5), six for 2 Super, or `EngineConfig.num_cameras` starting with
+        those (`release_camera_slots`), each with its release slot.
 
         `presized`: frames already resized to the model's size (`image_sizing`), as the node
         delivers them; the model sees the same pixels, and `infer` skips the resize of 16 full
         frames (several hundred ms of CPU per inference).
         """
-        raw = example_input(height, width)
+        cfg = self.model.cfg
+        slots = release_camera_slots(cfg, estimated_cameras(cfg, self.config))
+        raw = example_input(height, width, len(slots), slots if cfg.camera_text else None)
         if not presized:
             return raw
         sizing = self.image_sizing

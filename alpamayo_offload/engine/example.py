@@ -11,10 +11,15 @@ class _ExampleInput:
     images: np.ndarray
     ego_history_xyz: np.ndarray
     ego_history_rot: np.ndarray
+    camera_indices: tuple[int, ...] | None = None   # release slots of the cameras (None: R1's)
 
 
-def example_input(height: int = 1080, width: int = 1920, n_cameras: int = 4) -> _ExampleInput:
-    """Return a deterministic input of the release shape: moving gradients, 8 m/s on a curve."""
+def example_input(height: int = 1080, width: int = 1920, n_cameras: int = 4,
+                  camera_indices: tuple[int, ...] | None = None) -> _ExampleInput:
+    """Return a deterministic input of the release shape: moving gradients, 8 m/s on a curve.
+
+    `camera_indices` names the cameras' release slots (None: the model's default for the count).
+    """
     yy, xx = np.mgrid[0:height, 0:width]
     images = np.empty((n_cameras, 4, height, width, 3), dtype=np.uint8)
     for c in range(n_cameras):
@@ -33,4 +38,4 @@ def example_input(height: int = 1080, width: int = 1920, n_cameras: int = 4) -> 
     rot[:, 1, 0] = np.sin(yaw)
     rot[:, 1, 1] = np.cos(yaw)
     rot[:, 2, 2] = 1.0
-    return _ExampleInput(images, xyz, rot)
+    return _ExampleInput(images, xyz, rot, camera_indices)

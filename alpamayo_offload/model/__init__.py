@@ -39,6 +39,7 @@ from .inputs import (
     inputs_from_processed,
     prepare_inputs,
     prepare_vqa_inputs,
+    release_camera_slots,
     to_t0_frame,
 )
 from .layer_graphs import GraphedDecoderLayer, LayerGraphs, graph_decoder_layers
@@ -57,6 +58,7 @@ __all__ = [
     "build_meta", "build_random", "full_1_5_config", "full_2super_config", "full_config",
     "fuse_rms_norms", "generate_text", "graph_decoder_layers", "inputs_from_processed",
     "load_checkpoint", "materialize_random", "prepare_inputs", "prepare_vqa_inputs", "preset",
-    "roll_rotary", "run_inference", "save_checkpoint", "scaled_config", "sync_vision_once",
+    "release_camera_slots", "roll_rotary", "run_inference", "save_checkpoint", "scaled_config",
+    "sync_vision_once",
     "tiny_1_5_config", "tiny_2super_config", "tiny_config", "to_t0_frame",
 ]

@@ -242,6 +242,21 @@ def to_t0_frame(xyz_world: np.ndarray | torch.Tensor, rot_world: np.ndarray | to
     return local_xyz.float(), local_rot.float()
 
 
+def release_camera_slots(cfg: AlpamayoConfig, n_cameras: int | None = None) -> tuple[int, ...]:
+    """Return the family's release slots, or `n_cameras` slots that start with them.
+
+    Four for R1 and 1.5 (0, 1, 2, 6), six for 2 Super (0, 1, 2, 3, 5, 6). Fewer cameras take
+    the first of those; more add the remaining slots in index order (1.5 and 2 Super only).
+    """
+    release = CAMERA_INDICES_2SUPER if cfg.is_2super else CAMERA_INDICES
+    if n_cameras is None:
+        return release
+    if not 1 <= n_cameras <= CAMERA_SLOTS:
+        raise ModelInputError(f"{n_cameras} cameras: give 1-{CAMERA_SLOTS}")
+    extra = tuple(i for i in range(CAMERA_SLOTS) if i not in release)
+    return tuple(sorted((release + extra)[:n_cameras]))
+
+
 def camera_slots(cfg: AlpamayoConfig, n_cameras: int,
                  camera_indices: Sequence[int] | None) -> tuple[int, ...] | None:
     """Return the release slots (0..6) of the cameras, validated; None for R1 (bare images).

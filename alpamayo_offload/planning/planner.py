@@ -9,6 +9,13 @@ layer that joins the shortest run of consecutive residents and lies farthest fro
 once with the token embedding on the GPU and once with it on the host, and the result is never
 worse than the paper's interleaved VLM-only plan for the same budget (that plan is a candidate).
 
+The token embedding and the LM head are placed too (0.8 G parameters each for Alpamayo 2
+Super). The embedding is resident or in host RAM, where only the rows a pass uses cross PCIe
+(never streamed whole): the search runs once with each. The LM head, where the profile tells its
+bytes apart and `PlannerOptions.allow_head_streamed` allows it, starts streamed (through the
+slots, once per LM pass) and is one more greedy item: keeping it resident costs its bytes and
+saves what the predictor says its copies cost, priced per byte against the layers.
+
 Where the profile measured compression, the search also runs with compression on: streamed
 layers then stream compressed (staging buffers join the slots), and each step may move a layer
 from streamed to kept compressed in VRAM or to resident raw, or from kept compressed to resident
@@ -24,6 +31,7 @@ from dataclasses import dataclass
 
 from alpamayo_offload.planning.errors import BudgetError, PlanningError
 from alpamayo_offload.planning.predictor import (
+    HEAD,
     Pipeline,
     Placement,
     Prediction,
@@ -80,6 +88,9 @@ class PlannerOptions:
     # 'auto': compress where the profile measured compression and it pays; 'off': never;
     # 'on': only plans with compression (a benchmark's compressed row; needs measured terms).
     compression: str = 'auto'
+    # Let the LM head stream (where the profile tells its bytes apart). Off by default: the
+    # engine keeps the head on the GPU, so a plan for it must too.
+    allow_head_streamed: bool = False
 
     def __post_init__(self) -> None:
         if not 1.0 <= self.cpu_headroom <= 4.0:
@@ -141,8 +152,12 @@ def vram_needed(profile: Profile, placement: Placement,
             else:
                 largest_packed = max(largest_packed, seq.compressed_bytes[i])
     v = profile.vram
+    fixed = v.fixed_bytes
+    if placement.head_streamed:     # its pieces pass through the slots instead
+        fixed -= v.head_bytes
+        largest_streamed = max(largest_streamed, *profile.head_chunks())
     staging = 2 * _device_bytes(largest_packed + _TENSOR_ALIGN) if largest_packed else 0
-    return VramBreakdown(v.fixed_bytes, 0 if placement.embed_on_host else v.embed_bytes,
+    return VramBreakdown(fixed, 0 if placement.embed_on_host else v.embed_bytes,
                          v.working_set_for(max_decode_tokens), 2 * largest_streamed, resident,
                          staging, kept)
 
@@ -151,20 +166,30 @@ def _vram(profile: Profile, placement: Placement, options: PlannerOptions) -> Vr
     return vram_needed(profile, placement, options.max_decode_tokens)
 
 
+def _head_streams(profile: Profile, allow: bool) -> bool:
+    return allow and bool(profile.head_chunks())
+
+
 def minimum_budget(profile: Profile, allow_embed_on_host: bool = True,
-                   max_decode_tokens: int | None = None) -> int:
+                   max_decode_tokens: int | None = None,
+                   allow_head_streamed: bool = False) -> int:
     """Return the smallest budget any plan fits: nothing resident, embedding on host if allowed.
 
-    Streaming raw needs no staging buffers, so the raw plan is the smallest.
+    Streaming raw needs no staging buffers, so the raw plan is the smallest; with
+    `allow_head_streamed` (and a head the profile tells apart) the LM head streams too.
     """
-    return vram_needed(profile, Placement.of(embed_on_host=allow_embed_on_host),
-                       max_decode_tokens).total
+    return vram_needed(profile, Placement.of(
+        embed_on_host=allow_embed_on_host,
+        head_streamed=_head_streams(profile, allow_head_streamed)), max_decode_tokens).total
 
 
 def _check_budget(profile: Profile, budget_bytes: int, options: PlannerOptions) -> None:
-    floor = minimum_budget(profile, options.allow_embed_on_host, options.max_decode_tokens)
+    floor = minimum_budget(profile, options.allow_embed_on_host, options.max_decode_tokens,
+                           options.allow_head_streamed)
     if budget_bytes < floor:
-        parts = _vram(profile, Placement.of(embed_on_host=options.allow_embed_on_host), options)
+        parts = _vram(profile, Placement.of(
+            embed_on_host=options.allow_embed_on_host,
+            head_streamed=_head_streams(profile, options.allow_head_streamed)), options)
         raise BudgetError(
             f'VRAM budget {format_bytes(budget_bytes)} is below the minimum {format_bytes(floor)} '
             f'(two slots {format_bytes(parts.slots)} + non-layer modules '
@@ -184,20 +209,34 @@ def _crowding(placement: Placement, name: str, index: int, n_layers: int) -> tup
     return 1 + left + right, -min((abs(index - i) for i in chosen), default=n_layers)
 
 
-# A greedy move: resident raw (`_RAW`) or kept compressed (`_KEEP`).
+# A greedy move: resident raw (`_RAW`), kept compressed (`_KEEP`), or the LM head resident
+# (`_HEAD`, on the step name `HEAD`).
 _RAW = 0
 _KEEP = 1
+_HEAD = 2
 
 
 def _moved(placement: Placement, name: str, index: int, target: int) -> Placement:
+    if target == _HEAD:
+        return placement.with_head_resident()
     if target == _RAW:
         return placement.with_layer(name, index)
     return placement.with_compressed(name, index)
 
 
+def _placed(placement: Placement, name: str, index: int, target: int) -> bool:
+    """Whether the move's item already sits there (or better)."""
+    if target == _HEAD:
+        return not placement.head_streamed
+    return index in placement.resident.get(name, frozenset()) or (
+        target == _KEEP and index in placement.compressed.get(name, frozenset()))
+
+
 def _greedy(profile: Profile, budget_bytes: int, options: PlannerOptions,
             embed_on_host: bool, compression: bool = False) -> PlanResult | None:
-    placement = Placement.of(embed_on_host=embed_on_host, compression=compression)
+    head_streamed = _head_streams(profile, options.allow_head_streamed)
+    placement = Placement.of(embed_on_host=embed_on_host, compression=compression,
+                             head_streamed=head_streamed)
     if _vram(profile, placement, options).total > budget_bytes:
         return None
     names = [n for n in _streamed_sequences(profile)
@@ -212,8 +251,10 @@ def _greedy(profile: Profile, budget_bytes: int, options: PlannerOptions,
         gain = current - predict(profile, trial, options.workload, options.pipeline).total_ms
         extra = _vram(profile, trial, options).total - used
         density = float('inf') if extra <= 0 else gain / (extra / _MIB)
-        seq = profile.sequence(name)
         rounded = round(density / _TIE_MS) * _TIE_MS if density != float('inf') else density
+        if target == _HEAD:
+            return (-rounded, (1, 0), len(names), index, target)
+        seq = profile.sequence(name)
         return (-rounded, _crowding(placement, name, index, seq.n_layers),
                 names.index(name), index, target)
 
@@ -221,11 +262,12 @@ def _greedy(profile: Profile, budget_bytes: int, options: PlannerOptions,
     heap = [(key(n, i, t), version, n, i, t) for n in names
             for i in range(profile.sequence(n).n_layers) for t in targets
             if t == _RAW or profile.sequence(n).shrinks(i)]
+    if head_streamed:
+        heap.append((key(HEAD, 0, _HEAD), version, HEAD, 0, _HEAD))
     heapq.heapify(heap)
     while heap:
         k, stamp, name, index, target = heapq.heappop(heap)
-        if index in placement.resident.get(name, frozenset()) or (
-                target == _KEEP and index in placement.compressed.get(name, frozenset())):
+        if _placed(placement, name, index, target):
             continue                                # already placed so (or better)
         if stamp != version:
             fresh = key(name, index, target)
@@ -308,8 +350,9 @@ def plan(profile: Profile, budget_bytes: int, options: PlannerOptions = PlannerO
         best = dataclasses.replace(best, prediction=predict(
             profile, best.placement, options.workload, options.pipeline))
     LOG.info('plan for %s: %.3f s predicted (%s, %d resident layers, %d kept compressed, '
-             'compression %s, embed on host: %s, CPU headroom %.2f)', format_bytes(budget_bytes),
-             best.prediction.total_s, best.strategy, best.placement.count(),
-             best.placement.compressed_count(), best.placement.compression,
-             best.placement.embed_on_host, options.cpu_headroom)
+             'compression %s, embed on host: %s, LM head streamed: %s, CPU headroom %.2f)',
+             format_bytes(budget_bytes), best.prediction.total_s, best.strategy,
+             best.placement.count(), best.placement.compressed_count(),
+             best.placement.compression, best.placement.embed_on_host,
+             best.placement.head_streamed, options.cpu_headroom)
     return best

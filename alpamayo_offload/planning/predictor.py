@@ -41,6 +41,15 @@ layer i-1 computes); streamed raw (a layer the codec does not shrink streams raw
 does, and everything streams raw without `compression`). A decompression running alongside a
 compute slows it by the sequence's measured SM contention times their overlap.
 
+The LM head (`Placement.head_streamed`, where the profile tells its bytes apart) may stream
+instead of staying resident: every pass of an LM phase (prefill, decode) ends with it, so after
+the pass's last layer its pieces (`Profile.head_chunks`) stream through the two slots like
+layers whose compute is part of the pass's non-layer tail. The tail waits for the last piece,
+and a slot holding a piece is free again only when the tail (which runs the head) has ended.
+The token embedding is never streamed: it is resident or kept in host RAM, where the gather runs
+on the host and only the rows the pass uses cross PCIe (`PhaseProfile.embed_host_ms`);
+streaming the whole table to read a few rows would move 1.6 GB per decode pass for 2 Super.
+
 Per-layer compute is the median over the profiled passes, never the mean (one stalled call would
 be charged to every pass). In pipelined mode a copy runs at the machine's pinned host-to-device
 peak when the profile has one: the runtime's double buffer keeps the copy engine at 100 % of it
@@ -49,6 +58,7 @@ sequential run come out a few per cent slower.
 """
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -89,27 +99,35 @@ def _cleaned(table: Mapping[str, Iterable[int]] | None) -> dict[str, frozenset[i
     return {k: v for k, v in sorted(sets.items()) if v}
 
 
+HEAD = 'head'
+"""Step name of the LM head's pieces when it streams (not a layer sequence)."""
+
+
 @dataclass(frozen=True)
 class Placement:
-    """Each layer's placement, per sequence, and whether the embedding is on the host.
+    """Each layer's placement, per sequence, and where the embedding and the LM head are.
 
     `resident` layers stay raw in VRAM; `compressed` ones stay compressed in VRAM and decompress
     into a slot each pass; the others stream, compressed when `compression` is on (the runtime
     then compresses every streamed layer that shrinks), raw otherwise. Keeping a layer
-    compressed needs the codec, so `compressed` needs `compression`.
+    compressed needs the codec, so `compressed` needs `compression`. `embed_on_host` keeps the
+    token embedding in host RAM (gathered there); `head_streamed` streams the LM head through
+    the slots each LM pass instead of keeping it in VRAM.
     """
 
     resident: Mapping[str, frozenset[int]]
     embed_on_host: bool = False
     compressed: Mapping[str, frozenset[int]] = field(default_factory=dict)
     compression: bool = False
+    head_streamed: bool = False
 
     @classmethod
     def of(cls, resident: Mapping[str, Iterable[int]] | None = None,
            embed_on_host: bool = False, compressed: Mapping[str, Iterable[int]] | None = None,
-           compression: bool = False) -> Placement:
+           compression: bool = False, head_streamed: bool = False) -> Placement:
         """Build from plain index lists; empty sequences are dropped."""
-        return cls(_cleaned(resident), embed_on_host, _cleaned(compressed), compression)
+        return cls(_cleaned(resident), embed_on_host, _cleaned(compressed), compression,
+                   head_streamed)
 
     def indices(self, sequence: str) -> tuple[int, ...]:
         """Sorted resident indices of one sequence."""
@@ -125,13 +143,19 @@ class Placement:
         new[sequence] = frozenset(new.get(sequence, frozenset()) | {index})
         kept = {k: v - {index} if k == sequence else v for k, v in self.compressed.items()}
         return Placement(dict(sorted(new.items())), self.embed_on_host,
-                         {k: v for k, v in kept.items() if v}, self.compression)
+                         {k: v for k, v in kept.items() if v}, self.compression,
+                         self.head_streamed)
 
     def with_compressed(self, sequence: str, index: int) -> Placement:
         """Return a copy with one more layer kept compressed in VRAM (compression on)."""
         new = dict(self.compressed)
         new[sequence] = frozenset(new.get(sequence, frozenset()) | {index})
-        return Placement(self.resident, self.embed_on_host, dict(sorted(new.items())), True)
+        return Placement(self.resident, self.embed_on_host, dict(sorted(new.items())), True,
+                         self.head_streamed)
+
+    def with_head_resident(self) -> Placement:
+        """Return a copy with the LM head kept in VRAM."""
+        return dataclasses.replace(self, head_streamed=False)
 
     def count(self) -> int:
         """Total number of resident (raw) layers."""
@@ -156,6 +180,9 @@ class Placement:
                                  'compressed; give each layer one placement')
         if self.compressed and not self.compression:
             raise ValueError('layers kept compressed need compression on (the codec)')
+        if self.head_streamed and not profile.head_chunks():
+            raise ValueError('the LM head cannot stream: the profile does not tell its bytes '
+                             'apart (vram.head_bytes 0) or has no LM sequence')
         if self.compression and not profile.compression_measured:
             raise ValueError('the profile did not measure compression (compressed bytes, '
                              'decompression rate); re-profile where nvCOMP imports, or plan '
@@ -267,9 +294,20 @@ def _packed(profile: Profile, placement: Placement,
     return out
 
 
-def _schedule(profile: Profile, workload: Workload, embed_on_host: bool,
+def _head_steps(profile: Profile, pipeline: Pipeline) -> tuple[_Step, ...]:
+    """Return the streamed LM head's pieces as steps: copies, their compute in the tail."""
+    lm = profile.sequence('lm')
+    peak = profile.machine.pinned_h2d_gbps
+    per_byte = 1 / (peak * 1e6) if pipeline is Pipeline.PIPELINED and peak > 0 \
+        else sum(lm.dma_ms) / sum(lm.layer_bytes)
+    return tuple((HEAD, k, 0.0, b * per_byte, b, 0.0, 0.0)
+                 for k, b in enumerate(profile.head_chunks()))
+
+
+def _schedule(profile: Profile, workload: Workload, placement: Placement,
               pipeline: Pipeline) -> list[_Pass]:
     copy = _copy_ms(profile, pipeline)
+    head = _head_steps(profile, pipeline) if placement.head_streamed else ()
     out = []
     for k, phase in enumerate(profile.phases):
         seq = profile.sequence(phase.sequence)
@@ -277,7 +315,9 @@ def _schedule(profile: Profile, workload: Workload, embed_on_host: bool,
         eager = phase.host_streamed_issue_ms()
         steps = tuple((seq.name, i, exe[i], copy[seq.name][i], seq.layer_bytes[i], host[i],
                        eager[i]) for i in range(seq.n_layers))
-        gather = phase.embed_host_ms if embed_on_host else 0.0
+        if seq.name == 'lm':
+            steps += head        # every LM pass ends with the head (last logits, each token's)
+        gather = phase.embed_host_ms if placement.embed_on_host else 0.0
         lead = phase.host_lead_ms + gather
         waits = phase.host_waits or gather > 0
         # A pass that only waits for the host-side gather waits right before the model's
@@ -319,8 +359,9 @@ def predict(profile: Profile, placement: Placement, workload: Workload = Workloa
     cold = pipeline is Pipeline.COLD_PASSES
     sequential = pipeline is Pipeline.SEQUENTIAL
     slots = 1 if sequential else 2
-    for p in _schedule(profile, workload, placement.embed_on_host, pipeline):
+    for p in _schedule(profile, workload, placement, pipeline):
         barrier = compute_free if cold else 0.0
+        head_slots = []                   # slots holding head pieces: free after the tail
         if p.waits:
             host = max(host + p.lead_ms - p.after_wait_ms, compute_free) + p.after_wait_ms
         else:
@@ -376,8 +417,12 @@ def predict(profile: Profile, placement: Placement, workload: Workload = Workloa
             last_reader = None if key in resident else last_slot
             if key not in resident:
                 slot_free[last_slot] = compute_free
+            if name == HEAD:
+                head_slots.append(last_slot)
             busy += exe
         compute_free += p.tail_ms
+        for slot in head_slots:           # the tail runs the head: its pieces are read until then
+            slot_free[slot] = compute_free
         compute[p.phase] += busy
         end[p.phase] = compute_free
         passes[p.phase] += 1

@@ -241,8 +241,10 @@ class MachineInfo:
 class VramProfile:
     """VRAM that is not a streamed layer, in bytes (the planner adds slots and resident layers).
 
-    `fixed_bytes`: non-layer modules that always stay on the GPU (LM head, vision merger, norms,
+    `fixed_bytes`: non-layer modules that stay on the GPU (LM head, vision merger, norms,
     action projections). `embed_bytes`: the token embedding, which may instead live on the host.
+    `head_bytes`: the part of `fixed_bytes` that is the LM head, which a plan may instead stream
+    (`Profile.head_chunks`); 0: not told apart, the head stays on the GPU.
     `working_set_bytes`: peak activations, KV cache and allocator slack of one inference.
     `context_bytes`: device memory the process holds outside the torch allocator (CUDA context);
     only used to turn "free VRAM" into a budget. `working_set_tokens`: the decode-token limit the
@@ -257,13 +259,17 @@ class VramProfile:
     context_bytes: int = 0
     working_set_tokens: int = 0
     working_set_per_token_bytes: int = 0
+    head_bytes: int = 0
 
     def __post_init__(self) -> None:
         for name in ('fixed_bytes', 'embed_bytes', 'working_set_bytes', 'context_bytes',
-                     'working_set_tokens', 'working_set_per_token_bytes'):
+                     'working_set_tokens', 'working_set_per_token_bytes', 'head_bytes'):
             value = getattr(self, name)
             if value < 0:
                 raise ValueError(f'VramProfile.{name} = {value}; must be >= 0')
+        if self.head_bytes > self.fixed_bytes:
+            raise ValueError(f'VramProfile.head_bytes = {self.head_bytes} exceeds fixed_bytes '
+                             f'{self.fixed_bytes}, which include it')
 
     def working_set_for(self, max_decode_tokens: int | None) -> int:
         """Working set of an engine that decodes at most `max_decode_tokens` (None: as profiled).
@@ -311,6 +317,22 @@ class Profile:
             if seq.name == name:
                 return seq
         raise KeyError(f'no sequence {name!r} in profile (have {[s.name for s in self.sequences]})')
+
+    def head_chunks(self) -> tuple[int, ...]:
+        """Bytes of each piece a streamed LM head crosses PCIe in (empty: not placeable).
+
+        The head streams through the two layer slots, in as few equal pieces (vocabulary rows)
+        as fit an LM layer's slot: 2 Super's 1.6 GB head in two pieces of 0.8 GB through its
+        0.98 GB slots, so streaming it needs no VRAM beyond the slots.
+        """
+        head = self.vram.head_bytes
+        names = {s.name for s in self.sequences}
+        if not head or 'lm' not in names:
+            return ()
+        lm = self.sequence('lm')
+        slot = max(lm.slot_footprint(i) for i in range(lm.n_layers))
+        n = -(-head // slot)
+        return tuple(head // n + (1 if k < head % n else 0) for k in range(n))
 
     @property
     def compression_measured(self) -> bool:

@@ -130,11 +130,12 @@ def _fmt(v: Any) -> str:
 def _engine_values(info: EngineInfo | None) -> dict[str, Any]:
     """Return the engine's part of the model status (empty fields while no model is loaded)."""
     if info is None:
-        return {'model': '', 'device': '', 'gpu': '', 'vram_used_bytes': 0,
+        return {'model': '', 'model_family': '', 'device': '', 'gpu': '', 'vram_used_bytes': 0,
                 'vram_budget_bytes': 0, 'vram_required_bytes': 0, 'pinned_bytes': 0,
                 'embed_on_host': '', 'kernel_settings': ''}
     return {
-        'model': info.model, 'device': info.device, 'gpu': info.gpu,
+        'model': info.model, 'model_family': info.model_family, 'device': info.device,
+        'gpu': info.gpu,
         'vram_used_bytes': info.vram_used_bytes, 'vram_budget_bytes': info.budget_bytes or 0,
         'vram_required_bytes': info.required_bytes, 'pinned_bytes': info.pinned_bytes,
         'embed_on_host': info.embed_on_host,

@@ -159,7 +159,8 @@ class AlpamayoOffloadNode(LifecycleNode):
             self._sizing = loaded.image_sizing
             self._cfg = cfg = self._sized(self._cfg)
             st = self._status
-            st.engine_info, st.start_info = loaded.engine.info, dict(loaded.report)
+            st.engine_info = loaded.engine.info
+            st.start_info = {**loaded.report, 'camera_slots': [c.slot for c in cfg.cameras]}
             st.start_warning, st.load_error = loaded.warning, ''
             st.model_state = 'degraded' if loaded.warning else 'ready'
             st.model_message = (f'{loaded.warning or "ready"} (loaded in '

@@ -123,3 +123,16 @@ def test_cameras_are_subscribed_reliable_by_default() -> None:
     spec = schema.PARAMETERS['cameras.reliability']
     assert spec.default == 'reliable'
     assert set(spec.choices) == {'reliable', 'best_effort'} and spec.restart
+
+
+def test_the_2super_file_over_the_package_file_gives_six_release_cameras() -> None:
+    from alpamayo_offload.app.config import config_from_values
+
+    values = read_param_file(CONFIG) | read_param_file(CONFIG.with_name(
+        'alpamayo_offload_2super.yaml'))
+    cfg = config_from_values(values)
+    assert cfg.engine.model == 'tiny-2super'
+    assert [c.slot for c in cfg.cameras] == [0, 1, 2, 3, 5, 6]
+    assert [c.topic for c in cfg.cameras] == [f'~/input/camera_{s}/image'
+                                              for s in (0, 1, 2, 3, 5, 6)]
+    assert cfg.assembly.camera_slots == (0, 1, 2, 3, 5, 6) and cfg.engine.num_cameras == 6

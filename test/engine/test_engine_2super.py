@@ -109,3 +109,12 @@ def test_host_memory_refused_with_both_numbers(tmp_path) -> None:
                    EngineConfig(model='tiny-2super')):
         with pytest.raises(HostMemoryError, match='1000 bytes'):
             _load_model(config, cpu, available_host_bytes=1000)
+
+
+def test_the_illustrative_planner_profile_has_the_engines_full_preset_terms() -> None:
+    from alpamayo_offload.model import full_2super_config
+    from testkit.super2 import WORKING_SET_BYTES, table_bytes
+
+    cfg = full_2super_config()
+    assert estimate_working_set(cfg, 2, EngineConfig(model='2super')) == WORKING_SET_BYTES
+    assert table_bytes() == 2 * cfg.text.vocab_size * cfg.text.hidden_size == 1_595_146_240
