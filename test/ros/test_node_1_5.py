@@ -7,7 +7,6 @@ inference with navigation guidance, and two questions answered greedily between 
 from __future__ import annotations
 
 from collections import defaultdict
-from pathlib import Path
 
 import numpy as np
 import pytest
