@@ -24,7 +24,11 @@ SLOTS = (0, 1, 2, 6)
 REMAPS = {
     **{f'camera_{s}_topic': (f'~/input/camera_{s}/image', f'/camera_{s}/image') for s in SLOTS},
     'odometry_topic': ('~/input/odometry', '/odometry'),
+    'navigation_topic': ('~/input/navigation', '~/input/navigation'),
+    'question_topic': ('~/input/question', '~/input/question'),
     'path_topic': ('~/output/path', '~/output/path'),
+    'trajectory_samples_topic': ('~/output/trajectory_samples', '~/output/trajectory_samples'),
+    'answer_topic': ('~/output/answer', '~/output/answer'),
     'path_odom_topic': ('~/output/path_odom', '~/output/path_odom'),
     'reasoning_topic': ('~/output/reasoning', '~/output/reasoning'),
 }

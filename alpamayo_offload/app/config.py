@@ -46,6 +46,10 @@ class NodeConfig:
     cameras: tuple[CameraInput, ...]
     camera_reliable: bool
     odometry_topic: str
+    navigation_topic: str
+    navigation_max_age_s: float     # route text older than this is stale (0: never)
+    vqa_max_tokens: int
+    vqa_sample: bool                # sample answers (release settings); False: greedy
     output_frame_id: str
     publish_odom_path: bool
     odom_frame_id: str
@@ -108,7 +112,9 @@ def _build(v: dict[str, Any]) -> NodeConfig:
         cameras=tuple(CameraInput(s, t, tr == 'compressed')
                       for s, t, tr in zip(slots, topics, transports, strict=True)),
         camera_reliable=v['cameras.reliability'] == 'reliable',
-        odometry_topic=v['odometry.topic'], output_frame_id=v['output.frame_id'],
+        odometry_topic=v['odometry.topic'], navigation_topic=v['navigation.topic'],
+        navigation_max_age_s=v['navigation.max_age_s'], vqa_max_tokens=v['vqa.max_tokens'],
+        vqa_sample=v['vqa.sample'], output_frame_id=v['output.frame_id'],
         publish_odom_path=v['output.publish_odom_path'],
         odom_frame_id=v['output.odom_frame_id'], period_s=v['inference.period_s'],
         decode_threads=v['images.decode_threads'] or min(schema.MAX_AUTO_DECODE_THREADS,
@@ -129,8 +135,9 @@ def engine_config(v: Mapping[str, Any]) -> EngineConfig:
     """Build the `EngineConfig` of resolved values (no budget: the loader resolves it once).
 
     `decode.diffusion_steps` 0 leaves `EngineConfig.diffusion_steps` at its default, the
-    checkpoint's own step count. The engine sizes its working set (and its warm-up input) for
-    the cameras the node subscribes (`cameras.slots`): six for 2 Super's release profile.
+    checkpoint's own step count; `navigation.guidance_weight` 0 is no guidance (None). The
+    engine sizes its working set (and its warm-up input) for the cameras the node subscribes
+    (`cameras.slots`): six for 2 Super's release profile.
     """
     from ..engine import EngineConfig  # torch and the model, once the parameters are valid
 
@@ -143,6 +150,8 @@ def engine_config(v: Mapping[str, Any]) -> EngineConfig:
         tokenizer_dir=v['tokenizer_dir'] or None, max_decode_tokens=v['decode.max_tokens'],
         fixed_decode_tokens=v['decode.fixed_tokens'] or None, seed=v['decode.seed'],
         compressed=compressed, compression=v['compression'],
+        num_samples=v['decode.num_samples'],
+        guidance_weight=v['navigation.guidance_weight'] or None,
         num_cameras=len(v['cameras.slots']),
         **({'diffusion_steps': steps} if steps else {}))
 

@@ -142,8 +142,8 @@ def _p(name: str, kind: Kind, default: Any, description: str, **kw: Any) -> Para
 
 _S, _B, _I, _F = Kind.STRING, Kind.BOOL, Kind.INTEGER, Kind.DOUBLE
 _SPECS = (
-    _p('model', _S, 'tiny', "preset ('tiny', 'full', 'layers=N[,vit=M]') or checkpoint directory",
-       restart=True),
+    _p('model', _S, 'tiny', "preset ('tiny', 'full', 'tiny-1.5', '1.5', 'layers=N[,vit=M]') or "
+       'checkpoint directory (Alpamayo-R1 or 1.5, from its config.json)', restart=True),
     _p('device', _S, 'cpu', "'cpu', 'cuda' or 'cuda:N'", restart=True),
     _p('mode', _S, 'pipelined', 'offload mode', choices=('preload', 'sequential', 'pipelined'),
        restart=True),
@@ -175,6 +175,9 @@ _SPECS = (
        '(diffusion_cfg.num_inference_steps; presets: 10)', unit='steps', minimum=0,
        restart=True),
     _p('decode.seed', _I, 0, 'sampling seed', restart=True),
+    _p('decode.num_samples', _I, 1, 'trajectories per inference (one batched pass serves them '
+       'all): sample 0 is ~/output/path, all on ~/output/trajectory_samples', unit='samples',
+       minimum=1, restart=True),
     _p('images.height', _I, 0, 'height frames are resized to before the model (bilinear; the '
        'model then resizes again if it wants another size); 0 with images.width 0: the loaded '
        "model's own input size, resized as the model itself resizes the full frame",
@@ -224,6 +227,19 @@ _SPECS = (
     _p('odometry.topic', _S, '~/input/odometry', 'nav_msgs/Odometry topic', restart=True),
     _p('odometry.rear_axle_offset', Kind.DOUBLE_ARRAY, [0.0, 0.0, 0.0],
        'rear axle position [x, y, z] in the odometry child frame', unit='m', length=3),
+    _p('navigation.topic', _S, '~/input/navigation', 'std_msgs/String route text (Alpamayo '
+       '1.5, e.g. "turn left at the next intersection"; latched: transient local); an empty '
+       'text clears the route', restart=True),
+    _p('navigation.max_age_s', _F, 10.0, 'route text older than this (time since it arrived) is '
+       'stale and not used; 0: never stale', unit='s', minimum=0.0),
+    _p('navigation.guidance_weight', _F, 0.0, 'navigation classifier-free guidance weight w, '
+       'v = (1 - w) v_unguided + w v_guided, whenever a route text is used (the release '
+       'notebook: 1.5; 1: the guided rollout alone); 0: off (the route text is only in the '
+       'prompt)', minimum=0.0, restart=True),
+    _p('vqa.max_tokens', _I, 64, 'longest answer to a ~/input/question (the next driving '
+       'inference waits for at most one answer)', unit='tokens', minimum=1),
+    _p('vqa.sample', _B, False, 'sample answers as the release does (temperature 0.6, top-p '
+       '0.98); false: greedy'),
     _p('output.frame_id', _S, 'base_link', 'frame of the ego path (the rear axle at t0)'),
     _p('output.publish_odom_path', _B, True, 'also publish the path in the odometry frame'),
     _p('output.odom_frame_id', _S, '', 'frame of that path (empty: the odometry header frame)'),

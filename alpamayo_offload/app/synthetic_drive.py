@@ -1,8 +1,9 @@
 """Deterministic synthetic drive written as a real ROS 2 bag (rosbags only, no rclpy).
 
 Four cameras with moving content and odometry along a curved path (constant speed and yaw rate,
-gentle z wave), so tests, the demo, replay and CARLA-like variants share one generator. Every
-knob that those variants change is a field of `DriveConfig`.
+gentle z wave), optionally route texts (`std_msgs/String`, Alpamayo 1.5) at given times, so
+tests, the demo, replay and CARLA-like variants share one generator. Every knob that those
+variants change is a field of `DriveConfig`.
 """
 from __future__ import annotations
 
@@ -50,6 +51,8 @@ class DriveConfig:
     camera_frame_id: str = 'camera_{slot}'
     odom_topic: str = '/localization/odometry'
     odom_frame_id: str = 'odom'
+    routes: tuple[tuple[float, str], ...] = ()   # (seconds after start, route text)
+    route_topic: str = '/alpamayo_offload_node/input/navigation'
     child_frame_id: str = 'base_link'
     dropout_slot: int = -1             # camera slot that stops publishing (-1: none)
     dropout_after_s: float = 0.0
@@ -269,6 +272,9 @@ def write_drive(path: Path, cfg: DriveConfig) -> Path:
             else:
                 msg = t[img_type](header=hdr, format=encoding, data=array)
             events.append((stamp, cfg.topic_for(slot), msg, img_type))
+    for t_s, text in cfg.routes:
+        events.append((cfg.start_ns + round(t_s * _NS), cfg.route_topic,
+                       t['std_msgs/msg/String'](data=text), 'std_msgs/msg/String'))
     events.sort(key=lambda e: e[0])
     with Writer(path, version=cfg.bag_version, storage_plugin=plugin) as writer:
         conns = {}
@@ -285,8 +291,12 @@ def _parse_args(argv: list[str] | None) -> tuple[Path, DriveConfig]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('output', type=Path, help='bag directory to create (must not exist)')
     defaults = DriveConfig()
+    parser.add_argument('--routes', nargs='*', default=[], metavar='SECONDS=TEXT',
+                        help='route texts on --route-topic, e.g. "1.0=turn left"')
     for f in fields(DriveConfig):
         value = getattr(defaults, f.name)
+        if f.name == 'routes':
+            continue
         if isinstance(value, tuple):
             kind = str if f.name == 'camera_ids' else int
             parser.add_argument(f'--{f.name.replace("_", "-")}', type=kind, nargs='*',
@@ -297,6 +307,10 @@ def _parse_args(argv: list[str] | None) -> tuple[Path, DriveConfig]:
     out = ns.pop('output')
     ns['camera_slots'] = tuple(ns['camera_slots'])
     ns['camera_ids'] = tuple(ns['camera_ids'])
+    routes = [r.partition('=') for r in ns['routes']]
+    if any(not sep for _, sep, _ in routes):
+        parser.error('--routes takes SECONDS=TEXT items')
+    ns['routes'] = tuple((float(t), text) for t, _, text in routes)
     return out, DriveConfig(**ns)
 
 

@@ -149,6 +149,7 @@ class ModelInput:
     decode_s: float
     source_hw: tuple[tuple[int, int], ...] = ()   # per camera: size as sent (before resizing)
     slowest_frame_decode_s: float = 0.0   # longest decode of one frame, ahead or on demand
+    nav_text: str | None = None           # route text the engine puts in the prompt (1.5)
 
 
 def select_inputs(

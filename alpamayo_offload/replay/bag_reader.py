@@ -25,6 +25,7 @@ _LOG = logging.getLogger(__name__)
 IMAGE_TYPE = 'sensor_msgs/msg/Image'
 COMPRESSED_IMAGE_TYPE = 'sensor_msgs/msg/CompressedImage'
 ODOMETRY_TYPE = 'nav_msgs/msg/Odometry'
+STRING_TYPE = 'std_msgs/msg/String'
 
 RawMessage = tuple[str, str, int, bytes]
 """(topic, message type, recording (log) time in ns, CDR bytes)."""
@@ -200,6 +201,10 @@ class BagReader:
                 raise BagError(self.path, f'has type {found[topic]}, expected '
                                f'{" or ".join(types)}; check the camera transport (raw or '
                                'compressed) and the topic names', topic=topic)
+
+    def msgtype(self, topic: str) -> str | None:
+        """Return the message type of `topic` in the bag (None: the bag has no such topic)."""
+        return self._types().get(topic)
 
     def info(self) -> BagInfo:
         """Storage, recorded span, per-topic message counts and what a recovery lost."""

@@ -38,6 +38,12 @@ def register(subparsers: Any) -> None:
                    'camera (replaces the parameter file\'s cameras)')
     p.add_argument('--odometry', default=None, metavar='TOPIC',
                    help='nav_msgs/Odometry topic as recorded (replaces odometry.topic)')
+    p.add_argument('--navigation', default=None, metavar='TOPIC',
+                   help='std_msgs/String route text as recorded (Alpamayo 1.5; replaces '
+                   'navigation.topic, default the node\'s '
+                   '/alpamayo_offload_node/input/navigation); used when the bag has it')
+    p.add_argument('--no-navigation', action='store_true',
+                   help='read no route text, even where the bag has one')
     p.add_argument('--ray', nargs='?', const='local', default=None, metavar='ADDRESS|local',
                    help='shard samples over Ray actors, one engine each (a running cluster\'s '
                    'address, or "local"); needs `pip install -e \'.[ray]\'`')
@@ -77,8 +83,9 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def topic_overrides(cameras: list[str], odometry: str | None) -> dict[str, Any]:
-    """Parameter values for `--camera SLOT=TOPIC[:compressed]` and `--odometry TOPIC`."""
+def topic_overrides(cameras: list[str], odometry: str | None,
+                    navigation: str | None = None) -> dict[str, Any]:
+    """Parameter values for `--camera SLOT=TOPIC[:compressed]`, `--odometry`, `--navigation`."""
     from alpamayo_offload.replay.errors import ReplayConfigError
 
     out: dict[str, Any] = {}
@@ -98,6 +105,8 @@ def topic_overrides(cameras: list[str], odometry: str | None) -> dict[str, Any]:
         out['cameras.transports'] = [tr for _, _, tr in parsed]
     if odometry:
         out['odometry.topic'] = odometry
+    if navigation:
+        out['navigation.topic'] = navigation
     return out
 
 
@@ -111,7 +120,7 @@ def configure(args: argparse.Namespace) -> tuple[ReplayConfig, list[PreparedBag]
     from alpamayo_offload.replay.session import prepare
 
     overrides = {k: v for k, v in (('model', args.model), ('device', args.device)) if v}
-    overrides.update(topic_overrides(args.camera, args.odometry))
+    overrides.update(topic_overrides(args.camera, args.odometry, args.navigation))
     # Bit-identical reruns are the default: torch's deterministic algorithms (matters on CUDA).
     engine_overrides: dict[str, Any] = {'deterministic': not args.no_deterministic}
     if args.sample:
@@ -121,7 +130,8 @@ def configure(args: argparse.Namespace) -> tuple[ReplayConfig, list[PreparedBag]
     files = [*(args.params or [default_params_file()]), *([args.plan] if args.plan else [])]
     cfg = load_replay_config(files, remaps=parse_remaps(args.remap), node_name=args.node_name,
                              rate_hz=args.rate, overrides=overrides,
-                             engine_overrides=engine_overrides)
+                             engine_overrides=engine_overrides,
+                             navigation=not args.no_navigation)
     return cfg, prepare(args.bags, cfg)
 
 

@@ -32,6 +32,11 @@ class ReplayConfig:
     `engine` has no budget in bytes: `vram_budget` (the node's spec) is resolved once, by the
     engine loader, on the machine that replays.
 
+    `navigation_topic` is the route text (`std_msgs/String`, Alpamayo 1.5) read from a bag that
+    has it ('' or a bag without it: no route text); each evaluation time uses the latest text
+    recorded by then unless it is older than `navigation_max_age_s` (0: never stale) or empty,
+    as in the node (`app/route.py`).
+
     `rate_hz` is the evaluation rate; `max_backward_jump_s` is how far a topic's stamps may go back
     (reordering from jitter) before the bag is refused as a clock jump; a forward step larger than
     `gap_warning_s` is reported as a gap. `decode_threads` decode one sample's frames in parallel
@@ -51,6 +56,8 @@ class ReplayConfig:
     gap_warning_s: float = 1.0
     plan_info: dict[str, Any] = field(default_factory=dict)
     decode_threads: int = 1
+    navigation_topic: str = ''
+    navigation_max_age_s: float = 10.0
 
     def __post_init__(self) -> None:
         if not self.cameras:
@@ -59,7 +66,8 @@ class ReplayConfig:
         if sorted(slots) != sorted(self.assembly.camera_slots):
             raise ValueError(f'cameras slots {slots} must equal assembly.camera_slots '
                              f'{self.assembly.camera_slots}')
-        topics = [c.topic for c in self.cameras] + [self.odometry_topic]
+        topics = [c.topic for c in self.cameras] + [self.odometry_topic] + \
+            ([self.navigation_topic] if self.navigation_topic else [])
         if len(set(topics)) != len(topics) or not all(t.startswith('/') for t in topics):
             raise ValueError(f'topics {topics} must be distinct absolute names (remap `~/...` '
                              'names with --remap)')
@@ -67,6 +75,9 @@ class ReplayConfig:
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(f'{name} = {value} must be a finite number > 0')
+        if not (math.isfinite(self.navigation_max_age_s) and self.navigation_max_age_s >= 0):
+            raise ValueError(f'navigation_max_age_s = {self.navigation_max_age_s} must be a '
+                             'finite number >= 0')
         if self.decode_threads < 1:
             raise ValueError(f'decode_threads {self.decode_threads} must be >= 1')
         if self.camera_depth < 4 or self.odometry_depth < 2:

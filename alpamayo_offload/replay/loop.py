@@ -8,7 +8,9 @@ T, i.e. with everything a node on the sensors' clock would have had at T.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import logging
+import math
 import sys
 import time
 import traceback
@@ -23,6 +25,7 @@ import numpy as np
 from PIL import Image
 from tqdm import tqdm
 
+from alpamayo_offload.app.route import RouteMessage, choose_route, latest_before
 from alpamayo_offload.assembly import (
     InputError,
     ModelInput,
@@ -32,7 +35,7 @@ from alpamayo_offload.assembly import (
     image_from_msg,
     odometry_from_msg,
 )
-from alpamayo_offload.replay.bag_reader import BagInfo, BagReader
+from alpamayo_offload.replay.bag_reader import STRING_TYPE, BagInfo, BagReader
 from alpamayo_offload.replay.config import ReplayConfig
 from alpamayo_offload.replay.errors import BagError, format_time
 from alpamayo_offload.replay.ground_truth import ground_truth
@@ -67,6 +70,7 @@ class PreparedBag:
     topics: dict[str, dict[str, Any]] = field(default_factory=dict)
     odometry_log_ns: tuple[int, ...] = ()
     damaged: str | None = None
+    routes: tuple[RouteMessage, ...] = ()   # route texts at their recording times
 
 
 @dataclass
@@ -101,6 +105,7 @@ def prepare_bag(path: Path | str, cfg: ReplayConfig) -> PreparedBag:
     with BagReader(path, cfg.expected_topics()) as reader:
         info = reader.info()
         scan = scan_recording(reader, cfg)
+        routes = read_routes(reader, cfg.navigation_topic)
     first, odometry = scan.first_stamp, scan.odometry
     a = cfg.assembly
     # One model step (0.1 s) of margin: t0 (the oldest newest frame) trails the evaluation time by
@@ -120,7 +125,23 @@ def prepare_bag(path: Path | str, cfg: ReplayConfig) -> PreparedBag:
         _LOG.warning('bag %r, %s%s: %s %s', str(path), f'topic {e["topic"]!r}, ' if e['topic']
                      else '', format_time(e['start_ns']), e['kind'], e['detail'])
     return PreparedBag(str(path.resolve()), info, odometry, ticks, scan.anomalies, note,
-                       scan.topics, scan.odometry_log_ns, scan.damaged)
+                       scan.topics, scan.odometry_log_ns, scan.damaged, routes)
+
+
+def read_routes(reader: BagReader, topic: str) -> tuple[RouteMessage, ...]:
+    """Every route text of `topic` at its recording time (none: no topic, or '' given).
+
+    Read whole before any evaluation (a few short strings): a window read from the middle of the
+    bag (a Ray shard) still sees a route recorded once at its start.
+    """
+    msgtype = reader.msgtype(topic) if topic else None
+    if msgtype is None:
+        return ()
+    if msgtype != STRING_TYPE:
+        raise BagError(reader.path, f'has type {msgtype}, expected {STRING_TYPE} (the route text); '
+                       'name the route topic with --navigation, or --no-navigation', topic=topic)
+    return tuple(sorted((RouteMessage(str(m.msg.data), m.log_ns)
+                         for m in reader.messages([topic])), key=lambda r: r.stamp_ns))
 
 
 def window_start_log_ns(bag: PreparedBag, first_tick: int, cfg: ReplayConfig) -> int | None:
@@ -184,6 +205,9 @@ def _evaluate(bag: PreparedBag, tick: int, cameras: dict[int, list[Any]],
         rec = _rejected(bag.key, tick, 'image_decode_failed', f'{type(err).__name__}: {err}')
         rec['traceback'] = traceback.format_exc()
         return rec
+    route = choose_route(latest_before(bag.routes, tick), tick, cfg.navigation_max_age_s)
+    if route.text is not None:
+        model_input = dataclasses.replace(model_input, nav_text=route.text)
     t_assembled = time.perf_counter()
     t0 = model_input.t0_ns
     try:
@@ -211,6 +235,9 @@ def _evaluate(bag: PreparedBag, tick: int, cameras: dict[int, list[Any]],
         'gt_xyz': gt.xyz.tolist(), 'gt_yaw': gt.yaw.tolist(),
         'coc_text': getattr(result, 'coc_text', None),
         'decode_tokens': getattr(result, 'decode_tokens', None),
+        'route_text': route.text, 'route_state': route.state,
+        'route_age_s': None if math.isnan(route.age_s) else route.age_s,
+        'guided': getattr(result, 'guided', False),
     }
 
 

@@ -55,12 +55,14 @@ def read_values(param_files: Sequence[Path], node_name: str = NODE_NAME,
 def load_replay_config(param_files: Sequence[Path], *, remaps: Mapping[str, str] | None = None,
                        node_name: str = NODE_NAME, rate_hz: float | None = None,
                        overrides: Mapping[str, Any] | None = None,
-                       engine_overrides: Mapping[str, Any] | None = None) -> ReplayConfig:
+                       engine_overrides: Mapping[str, Any] | None = None,
+                       navigation: bool = True) -> ReplayConfig:
     """Merge the files over the schema's defaults and map them as the node does.
 
     `rate_hz` defaults to the node's timer rate (1 / inference.period_s); `overrides` are
     parameter values that win over the files (e.g. `device` from the command line);
-    `engine_overrides` set EngineConfig fields the node has no parameter for (`num_samples`).
+    `engine_overrides` set EngineConfig fields the node has no parameter for (`sample`);
+    `navigation` False reads no route text (else `navigation.topic`, resolved as the node does).
     The VRAM budget stays a spec: the engine loader resolves it once, on the replay machine.
     """
     files = [str(p) for p in param_files]
@@ -77,6 +79,8 @@ def load_replay_config(param_files: Sequence[Path], *, remaps: Mapping[str, str]
             output_frame_id=node.output_frame_id, camera_depth=node.camera_depth,
             odometry_depth=node.odometry_depth,
             rate_hz=rate_hz if rate_hz is not None else 1.0 / node.period_s,
-            plan_info=dict(node.plan_info), decode_threads=node.decode_threads)
+            plan_info=dict(node.plan_info), decode_threads=node.decode_threads,
+            navigation_topic=resolve_topic(node.navigation_topic, node_name, remaps or {})
+            if navigation else '', navigation_max_age_s=node.navigation_max_age_s)
     except (ParameterError, ValueError) as err:
         raise ReplayConfigError(f'{err} (parameter files: {files})') from err

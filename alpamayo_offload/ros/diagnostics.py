@@ -5,7 +5,9 @@ Statuses (named `<node>: <task>`): `model` (lifecycle state, load result, plan i
 input evaluation's reason), `path rate` (published paths per second against 1 /
 inference.period_s), `input age` (per stream: time since the newest header stamp), `input rates`
 (per stream receive rate, so DDS losses show), `timing` (per stage: last, p50, p90 over a
-window). The figures themselves are kept ROS-free in `app/health.py`.
+window), `navigation` (the route text now and the one the last inference used), `questions`
+(question answering: counts, the last outcome and its reason). The figures themselves are kept
+ROS-free in `app/health.py`; the route rule in `app/route.py`.
 """
 from __future__ import annotations
 
@@ -18,6 +20,14 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from std_msgs.msg import Header
 
 from ..app.health import ERROR, OK, WARN, Rate, judge_ages, judge_rate, judge_stream_rates
+from ..app.route import (
+    ROUTE_CLEARED,
+    ROUTE_FRESH,
+    ROUTE_NONE,
+    ROUTE_STALE,
+    ROUTE_UNSUPPORTED,
+    RouteChoice,
+)
 from ..assembly import errors as input_errors
 from .conversions import ns_to_time
 
@@ -76,6 +86,23 @@ class NodeStatus:
     input_serial: int = 0                 # which evaluation the input status reports
     inference_level: int = WARN           # outcome of the last evaluation while active
     inference_message: str = 'no inference yet'
+    routes_received: int = 0
+    route_used: RouteChoice = field(default_factory=lambda: RouteChoice(None, ROUTE_NONE))
+    guided: bool = False                  # the last inference ran navigation guidance
+    questions_received: int = 0
+    questions_answered: int = 0
+    questions_dropped: int = 0            # refused (empty) or pushed out of a full queue
+    question_errors: int = 0
+    question_level: int = OK
+    question_message: str = 'no question yet'
+    question_reason: str = ''             # reason code of the last refusal/failure; '' = none
+    answer_stats: dict[str, float] = field(default_factory=lambda: {
+        't_answer_ms': float('nan'), 'answer_tokens': float('nan')})
+
+    def question_problem(self, level: int, reason: str, message: str) -> None:
+        """Record a refused, dropped or failed question."""
+        self.question_level, self.question_reason = level, reason
+        self.question_message = f'{reason}: {message}'
 
     def report_input(self, serial: int, level: int, message: str, reason: str) -> None:
         """Record the outcome of input evaluation `serial` unless a newer one is reported.
@@ -108,6 +135,9 @@ class Snapshot:
     timed_inferences: int             # inferences the timing covers
     gpu_memory: Mapping[str, int]
     plan_info: Mapping[str, Any]
+    route: RouteChoice = RouteChoice(None, ROUTE_NONE)   # the rule applied now
+    navigation_max_age_s: float = 0.0
+    questions_pending: int = 0
 
 
 def input_level(reason: str) -> int:
@@ -187,6 +217,41 @@ def _streams(snap: Snapshot) -> tuple[tuple[int, str, dict[str, Any]],
             (*judge_stream_rates(snap.input_rates), rates))
 
 
+_ROUTE_LEVEL = {ROUTE_NONE: OK, ROUTE_FRESH: OK, ROUTE_CLEARED: OK, ROUTE_STALE: WARN,
+                ROUTE_UNSUPPORTED: WARN}
+
+
+def _route_message(route: RouteChoice, max_age_s: float) -> str:
+    return {
+        ROUTE_NONE: 'no route text received: inferences run without one',
+        ROUTE_FRESH: f'route text in use ({route.age_s:.1f} s old)',
+        ROUTE_CLEARED: 'route cleared (empty text): inferences run without one',
+        ROUTE_STALE: f'route text stale: {route.age_s:.1f} s old > navigation.max_age_s '
+                     f'{max_age_s:g}; inferences run without one',
+        ROUTE_UNSUPPORTED: 'route text ignored: the model (Alpamayo-R1) takes none',
+    }[route.state]
+
+
+def _navigation(st: NodeStatus, snap: Snapshot) -> tuple[int, str, dict[str, Any]]:
+    route = snap.route
+    values = {'route_state': route.state, 'route_text': route.latest or '',
+              'route_age_s': 'never' if math.isnan(route.age_s) else route.age_s,
+              'max_age_s': snap.navigation_max_age_s, 'routes_received': st.routes_received,
+              'last_inference_route_state': st.route_used.state,
+              'last_inference_route_text': st.route_used.text or '',
+              'last_inference_guided': st.guided}
+    return _ROUTE_LEVEL[route.state], _route_message(route, snap.navigation_max_age_s), values
+
+
+def _questions(st: NodeStatus, snap: Snapshot) -> tuple[int, str, dict[str, Any]]:
+    values = {'questions_received': st.questions_received,
+              'questions_answered': st.questions_answered,
+              'questions_dropped': st.questions_dropped, 'question_errors': st.question_errors,
+              'questions_pending': snap.questions_pending, 'reason': st.question_reason,
+              **st.answer_stats}
+    return st.question_level, st.question_message, values
+
+
 def build(node_name: str, stamp_ns: int, st: NodeStatus, snap: Snapshot) -> DiagnosticArray:
     """Build the node's statuses for one diagnostics period (see the module docstring)."""
     counters = {'ticks': st.ticks, 'ticks_dropped': st.ticks_dropped, 'inferences': st.inferences,
@@ -203,6 +268,8 @@ def build(node_name: str, stamp_ns: int, st: NodeStatus, snap: Snapshot) -> Diag
         ('input rates', rates),
         ('timing', (OK, f'last, p50, p90 over the last {snap.timed_inferences} inferences',
                     snap.timing)),
+        ('navigation', _navigation(st, snap)),
+        ('questions', _questions(st, snap)),
     ]
     return DiagnosticArray(header=Header(stamp=ns_to_time(stamp_ns)), status=[
         DiagnosticStatus(level=level.to_bytes(1, 'little'), name=f'{node_name}: {task}',

@@ -8,7 +8,8 @@ Lifecycle (docs/ros.md has the commands):
   /diagnostics, the node goes through errorprocessing to finalized and the process exits with
   status 1 (the model and device are read-only parameters, so only a restart can change the
   outcome; a supervisor or launch's respawn restarts it).
-- activate: subscriptions and the inference timer start. deactivate: they stop (an inference in
+- activate: subscriptions (cameras, odometry, route text, questions) and the inference timer
+  start. deactivate: they stop (an inference in
   flight finishes first) and the model stays loaded. cleanup: the engine is closed (GPU and pinned
   memory freed). shutdown (from any state): the same, then the process exits with status 0.
 - `autostart` (default true) drives configure + activate at start-up, so `ros2 run` brings the
@@ -19,10 +20,13 @@ Threading: callbacks only stash encoded messages in bounded buffers (with
 `images.decode_ahead`, a small pool decodes and resizes each frame an inference may use as it
 arrives); a timer with an in-flight guard selects time-correct inputs (latest only, never a
 queue) and hands them to one worker thread, which decodes the rest, runs the engine and
-publishes. One executor thread runs every callback: with a second one /diagnostics kept
-reporting while configure loads the model, but rclpy's multi-threaded executor then fell
-behind 100 Hz odometry on a small CPU (inputs refused as stale), so the heartbeat pauses
-during that load.
+publishes. The tick also picks the route text (`app/route.py`: the latest, unless stale or
+cleared) that the inference puts in the prompt. After publishing, the worker answers at most one
+waiting question (`~/input/question`) on the same frames, so questions delay the next driving
+inference by at most one answer. One executor thread runs every callback: with a second one
+/diagnostics kept reporting while configure loads the model, but rclpy's multi-threaded
+executor then fell behind 100 Hz odometry on a small CPU (inputs refused as stale), so the
+heartbeat pauses during that load.
 """
 from __future__ import annotations
 
@@ -48,7 +52,7 @@ from rclpy.clock import Clock, ClockType
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.parameter import Parameter
-from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from sensor_msgs.msg import CompressedImage, Image
 from std_msgs.msg import Float64, String
 
@@ -56,6 +60,8 @@ from ..app.config import NodeConfig, config_from_values, jpeg_decoder
 from ..app.engine_loader import LoadedEngine, load_engine, warm_up
 from ..app.errors import ParameterError
 from ..app.health import EventRate, StageTimings, StreamMonitor
+from ..app.questions import QUESTION_DROPPED, QUESTION_FAILED, PendingQuestions
+from ..app.route import RouteChoice, RouteMessage, choose_route
 from ..app.schema import NODE_NAME
 from ..assembly import (
     DecodeAheadBuffer,
@@ -79,6 +85,9 @@ EngineLoader = Callable[[NodeConfig], LoadedEngine]
 _STAGES = ('preprocess', 'vision', 'prefill', 'decode', 'diffusion', 'postprocess')
 EXIT_FAILED = 1           # a transition failed: the model did not load, or activation failed
 _LINGER_S = 1.0           # after a failure: time for the last /diagnostics to reach subscribers
+QUESTION_QUEUE = 4        # questions waiting for an answer; more push out the oldest
+_LATCHED = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
+                      durability=DurabilityPolicy.TRANSIENT_LOCAL)   # route text
 
 
 def load_node_engine(cfg: NodeConfig) -> LoadedEngine:
@@ -130,6 +139,9 @@ class AlpamayoOffloadNode(LifecycleNode):
         self._inflight: Future[None] | None = None
         self._serial = 0   # numbers input evaluations, so a late worker never hides a newer one
         self._camera_hw: dict[int, tuple[int, int]] = {}   # source size per slot (worker only)
+        self._route: RouteMessage | None = None    # latest route text while active
+        self._routes_supported = True              # the loaded model takes route text
+        self._questions = PendingQuestions(QUESTION_QUEUE)
         self.exit_code: int | None = None         # set on reaching finalized: the process ends
         self._streams = StreamMonitor([f'camera_{c.slot}' for c in self._cfg.cameras]
                                       + ['odometry'])
@@ -161,6 +173,7 @@ class AlpamayoOffloadNode(LifecycleNode):
             st = self._status
             st.engine_info = loaded.engine.info
             st.start_info = {**loaded.report, 'camera_slots': [c.slot for c in cfg.cameras]}
+            self._routes_supported = loaded.engine.info.model_family != 'r1'
             st.start_warning, st.load_error = loaded.warning, ''
             st.model_state = 'degraded' if loaded.warning else 'ready'
             st.model_message = (f'{loaded.warning or "ready"} (loaded in '
@@ -185,6 +198,10 @@ class AlpamayoOffloadNode(LifecycleNode):
             odometry=StampedBuffer(cfg.odometry_depth),
             publishers={'path': pub(Path, '~/output/path', 1),
                         'path_odom': pub(Path, '~/output/path_odom', 1),
+                        # every sample of one inference must reach a keep-last reader
+                        'samples': pub(Path, '~/output/trajectory_samples',
+                                       cfg.engine.num_samples),
+                        'answer': pub(String, '~/output/answer', QUESTION_QUEUE),
                         'reasoning': pub(String, '~/output/reasoning', 1),
                         'processing_time': pub(Float64, '~/debug/processing_time_ms', 1)})
 
@@ -202,6 +219,10 @@ class AlpamayoOffloadNode(LifecycleNode):
         self._running.append(self.create_subscription(
             Odometry, cfg.odometry_topic, self._on_odometry,
             QoSProfile(depth=50, reliability=ReliabilityPolicy.BEST_EFFORT)))
+        self._running.append(self.create_subscription(
+            String, cfg.navigation_topic, self._on_navigation, _LATCHED))
+        self._running.append(self.create_subscription(
+            String, '~/input/question', self._on_question, QUESTION_QUEUE))
         self._timer = self.create_timer(cfg.period_s, self._on_tick)
         self._running.append(self._timer)
         self._streams.restart()
@@ -253,6 +274,8 @@ class AlpamayoOffloadNode(LifecycleNode):
                 self.destroy_subscription(entity)
         self._running.clear()
         self._timer = None
+        self._route = None            # a latched route is delivered again on activate
+        self._questions.clear()
         if self._inflight is not None:
             wait([self._inflight])   # no path is published after deactivate returns
 
@@ -296,6 +319,30 @@ class AlpamayoOffloadNode(LifecycleNode):
         self._streams.received('odometry', sample.stamp_ns)
         conf.odometry.push(sample)
 
+    def _on_navigation(self, msg: String) -> None:
+        route = RouteMessage(msg.data, self.get_clock().now().nanoseconds)
+        with self._lock:
+            self._route = route
+            self._status.routes_received += 1
+
+    def _on_question(self, msg: String) -> None:
+        reason = self._questions.push(msg.data)
+        with self._lock:
+            st = self._status
+            st.questions_received += 1
+            if reason:
+                st.questions_dropped += 1
+                st.question_problem(diag.WARN, reason, 'the oldest waiting question was dropped'
+                                    if reason == QUESTION_DROPPED else 'an empty question')
+        if reason:
+            self.get_logger().warning(f'question: {reason}', throttle_duration_sec=2.0)
+
+    def _route_now(self, now_ns: int) -> RouteChoice:
+        with self._lock:
+            latest = self._route
+        return choose_route(latest, now_ns, self._cfg.navigation_max_age_s,
+                            self._routes_supported)
+
     # --- tick: select inputs, hand to the worker ---------------------------------------------
     def _on_tick(self) -> None:
         conf = self._conf
@@ -311,19 +358,20 @@ class AlpamayoOffloadNode(LifecycleNode):
             self._serial += 1
             serial = self._serial
         cfg = self._cfg
+        now = self.get_clock().now().nanoseconds
         try:
             sel = select_inputs({s: b.snapshot() for s, b in conf.cameras.items()},
-                                conf.odometry.snapshot(), cfg.assembly,
-                                self.get_clock().now().nanoseconds)
+                                conf.odometry.snapshot(), cfg.assembly, now)
         except InputError as err:
             self._input_failed(err, serial)
             return
+        route = self._route_now(now)
         with self._lock:
             if sel.t0_ns <= self._status.last_t0_ns:
                 self._status.last_skip_reason = diag.SKIP_NO_NEW_INPUT
             else:
                 self._status.last_t0_ns = sel.t0_ns
-                self._inflight = conf.worker.submit(self._infer, conf, sel, cfg, serial)
+                self._inflight = conf.worker.submit(self._infer, conf, sel, cfg, serial, route)
 
     def _input_failed(self, err: InputError, serial: int) -> None:
         level = diag.input_level(err.reason)
@@ -335,7 +383,8 @@ class AlpamayoOffloadNode(LifecycleNode):
         self.get_logger().warning(str(err), throttle_duration_sec=2.0)
 
     # --- worker: decode, infer, publish -------------------------------------------------------
-    def _infer(self, conf: _Configured, sel: Selection, cfg: NodeConfig, serial: int) -> None:
+    def _infer(self, conf: _Configured, sel: Selection, cfg: NodeConfig, serial: int,
+               route: RouteChoice) -> None:
         start = time.perf_counter()
         ready_ahead = 0
 
@@ -362,7 +411,7 @@ class AlpamayoOffloadNode(LifecycleNode):
             else:
                 self._status.report_input(serial, diag.OK, 'inputs valid', '')
         try:
-            result = conf.engine.infer(inputs)
+            result = conf.engine.infer(inputs, nav_text=route.text)
         except Exception as err:  # noqa: BLE001 - EngineInputError/EngineError and anything else
             with self._lock:
                 self._status.engine_errors += 1
@@ -375,6 +424,8 @@ class AlpamayoOffloadNode(LifecycleNode):
         pubs = conf.publishers
         self._publish(pubs['path'],
                       path_msg(result.xyz, result.rot, cfg.output_frame_id, sel.t0_ns))
+        for xyz, rot in zip(result.samples_xyz, result.samples_rot, strict=True):
+            self._publish(pubs['samples'], path_msg(xyz, rot, cfg.output_frame_id, sel.t0_ns))
         if cfg.publish_odom_path:
             xyz_w, rot_w = to_odom_frame(result.xyz, result.rot, inputs.odom_pose_t0)
             self._publish(
@@ -399,7 +450,8 @@ class AlpamayoOffloadNode(LifecycleNode):
             't_node_overhead_ms': (end - start) * 1e3 - result.timings.get('total', 0.0) * 1e3,
             'input_age_ms': age_ms, 'dma_ms': stream.get('dma_ms', 0.0),
             'stall_ms': stream.get('stall_ms', 0.0),
-            'bytes_streamed': stream.get('bytes_streamed', 0)}
+            'bytes_streamed': stream.get('bytes_streamed', 0),
+            'samples': len(result.samples_xyz)}
         self._timings.add({k: v for k, v in stages.items() if isinstance(v, float)})
         with self._lock:
             st = self._status
@@ -408,6 +460,39 @@ class AlpamayoOffloadNode(LifecycleNode):
             st.model_state = 'degraded' if st.start_warning else 'ready'
             st.engine_info = conf.engine.info
             st.inference_level, st.inference_message = diag.OK, 'path published'
+            st.route_used, st.guided = route, result.guided
+        self._answer_one(conf, cfg, inputs.images, inputs.camera_indices)
+
+    def _answer_one(self, conf: _Configured, cfg: NodeConfig, images: Any,
+                    camera_indices: tuple[int, ...]) -> None:
+        """Answer the oldest waiting question on this inference's frames, if there is one.
+
+        Without `tokenizer_dir` the answer is its token ids, space-separated.
+        """
+        question = self._questions.pop()
+        if question is None:
+            return
+        start = time.perf_counter()
+        try:
+            got = conf.engine.generate_text(images, question, camera_indices=camera_indices,
+                                            max_new_tokens=cfg.vqa_max_tokens,
+                                            sample=cfg.vqa_sample, seed=cfg.engine.seed)
+        except Exception as err:  # noqa: BLE001 - EngineInputError (R1: no VQA), EngineError
+            with self._lock:
+                self._status.question_errors += 1
+                self._status.question_problem(diag.ERROR, QUESTION_FAILED, str(err))
+            self.get_logger().error(f'question failed: {err}', throttle_duration_sec=2.0)
+            return
+        text = got.answers[0] if got.answers is not None else \
+            ' '.join(str(i) for i in got.answer_token_ids[0])
+        self._publish(conf.publishers['answer'], String(data=text))
+        with self._lock:
+            st = self._status
+            st.questions_answered += 1
+            st.question_level, st.question_reason = diag.OK, ''
+            st.question_message = 'answer published'
+            st.answer_stats = {'t_answer_ms': (time.perf_counter() - start) * 1e3,
+                               'answer_tokens': float(got.decode_tokens)}
 
     # --- diagnostics and parameters ----------------------------------------------------------
     def publish_diagnostics(self) -> None:
@@ -421,7 +506,9 @@ class AlpamayoOffloadNode(LifecycleNode):
             input_ages_s=self._streams.ages_s(now),
             input_rates=self._streams.rates(time.monotonic()),
             timing=self._timings.summary(), timed_inferences=self._timings.count,
-            gpu_memory=_gpu_memory(cfg.engine.device), plan_info=cfg.plan_info)
+            gpu_memory=_gpu_memory(cfg.engine.device), plan_info=cfg.plan_info,
+            route=self._route_now(now), navigation_max_age_s=cfg.navigation_max_age_s,
+            questions_pending=len(self._questions))
         with self._lock:
             msg = diag.build(self.get_name(), now, self._status, snapshot)
         self._publish(self._diag_pub, msg)

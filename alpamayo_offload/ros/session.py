@@ -3,7 +3,8 @@
 Shared by the demo and the integration tests so both exercise exactly what the launch file
 starts: the `alpamayo_offload.ros.node` entry point with `config/alpamayo_offload.yaml`.
 `LifecycleClient` calls the node's lifecycle services (`~/get_state`, `~/change_state`) as
-`ros2 lifecycle` and launch do.
+`ros2 lifecycle` and launch do. A session can also give the node a route text (latched, before
+it starts) and ask it questions once it publishes paths.
 """
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,8 @@ from lifecycle_msgs.srv import ChangeState, GetState
 from nav_msgs.msg import Path as PathMsg
 from rclpy.executors import Executor, SingleThreadedExecutor
 from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from std_msgs.msg import String
 
 from ..app.param_file import default_params_file
 from ..app.schema import NODE_NAME
@@ -61,6 +64,8 @@ class SessionResult:
     """Everything observed during one run."""
 
     paths: list[PathRecord] = field(default_factory=list)
+    samples: list[PathRecord] = field(default_factory=list)   # ~/output/trajectory_samples
+    answers: list[str] = field(default_factory=list)
     statuses: list[StatusRecord] = field(default_factory=list)
     node_alive_at_end: bool = False
     node_output: str = ''
@@ -143,12 +148,15 @@ def node_command(param_files: list[Path], overrides: dict[str, str], remaps: dic
 def run_session(bag: Path, *, param_files: list[Path] | None = None,
                 overrides: dict[str, str] | None = None, remaps: dict[str, str] | None = None,
                 ready_timeout_s: float = 60.0, tail_s: float = 1.5, rate: float = 1.0,
-                command: tuple[str, ...] | None = None, sim_time: bool = False
+                command: tuple[str, ...] | None = None, sim_time: bool = False,
+                navigation: str | None = None, questions: Sequence[str] = ()
                 ) -> SessionResult:
     """Start the node, wait until it is active (autostart), play `bag`, collect, stop.
 
     By default the bag is restamped to wall time; with `sim_time` it keeps its stamps, the player
     publishes `/clock` and the node runs with use_sim_time (how it runs with a simulator).
+    `navigation` is published once, latched, before the node starts; `questions` are published
+    together once the first path arrived.
     """
     if sim_time:
         overrides = {'use_sim_time': 'true', **(overrides or {})}
@@ -164,6 +172,7 @@ def run_session(bag: Path, *, param_files: list[Path] | None = None,
         executor = SingleThreadedExecutor(context=ctx)
         executor.add_node(node)
         subscribe_outputs(node, result, remaps or {})
+        asking = _publishers(node, remaps or {}, navigation)
         LifecycleClient(node, executor).wait_for('active', ready_timeout_s,
                                                  lambda: proc.poll() is None)
         player = subprocess.Popen(
@@ -171,8 +180,13 @@ def run_session(bag: Path, *, param_files: list[Path] | None = None,
              '--clock' if sim_time else '--restamp', '--rate', str(rate),
              '--wait-for-subscribers', '3'],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        waiting = list(questions)
         while player.poll() is None:
             executor.spin_once(timeout_sec=0.05)
+            if waiting and result.paths and asking.get_subscription_count() > 0:
+                for question in waiting:
+                    asking.publish(String(data=question))
+                waiting = []
         end = time.monotonic() + tail_s
         while time.monotonic() < end:
             executor.spin_once(timeout_sec=0.05)
@@ -192,12 +206,31 @@ def run_session(bag: Path, *, param_files: list[Path] | None = None,
     return result
 
 
+def _topic(name: str, remaps: dict[str, str]) -> str:
+    """Resolve the node's private `~/...` name (its remapped name where remapped)."""
+    return remaps.get(name, f'/{NODE_NAME}/{name[2:]}')
+
+
+def _publishers(node: Node, remaps: dict[str, str], navigation: str | None) -> Any:
+    """Publish `navigation` latched (as a route planner does); return the question publisher."""
+    if navigation is not None:
+        latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
+                             durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        node.create_publisher(String, _topic('~/input/navigation', remaps), latched).publish(
+            String(data=navigation))
+    return node.create_publisher(String, _topic('~/input/question', remaps), 10)
+
+
 def subscribe_outputs(node: Node, result: SessionResult, remaps: dict[str, str]) -> None:
-    """Record the node's paths (ego and odometry frame) and its /diagnostics into `result`."""
-    outputs = ('~/output/path', '~/output/path_odom')
-    for topic in (remaps.get(o, f'/{NODE_NAME}/{o[2:]}') for o in outputs):
+    """Record the node's paths, trajectory samples, answers and /diagnostics into `result`."""
+    for topic in (_topic(o, remaps) for o in ('~/output/path', '~/output/path_odom')):
         node.create_subscription(PathMsg, topic, lambda m, t=topic: result.paths.append(
             _path_record(t, m)), 10)
+    samples = _topic('~/output/trajectory_samples', remaps)
+    node.create_subscription(PathMsg, samples, lambda m: result.samples.append(
+        _path_record(samples, m)), 64)
+    node.create_subscription(String, _topic('~/output/answer', remaps),
+                             lambda m: result.answers.append(m.data), 10)
 
     def on_diag(msg: DiagnosticArray) -> None:
         now = time.time_ns()
