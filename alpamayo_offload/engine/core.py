@@ -9,6 +9,7 @@ import os
 import platform
 import time
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -35,6 +36,7 @@ from ..model import (
 )
 from ..runtime import (
     BudgetError,
+    CompressionCache,
     HostStore,
     LayerFootprint,
     LayerSequence,
@@ -46,6 +48,7 @@ from ..runtime import (
     TensorSource,
     layer_footprint,
 )
+from .compression_cache import compression_cache
 from .config import (
     EMBED_MODULE,
     SEQUENCE_PREFIXES,
@@ -91,6 +94,8 @@ class Engine:
         self._plan: PlanState | None = None        # set by replan
         self._inferences = 0
         self._calls_seen = 0
+        self._cache: CompressionCache | None = None
+        self._cache_resolved = False                # the cache is resolved on first use
         self._layer_bytes = {name: [_module_bytes(m) for m in layers]
                              for name, layers in model.layer_sequences().items()}
 
@@ -169,12 +174,13 @@ class Engine:
         fixed = sum(_module_bytes(m) for name, m in self.model.non_layer_modules().items()
                     if not (embed_on_host and name == EMBED_MODULE))
         working = self.working_set_bytes()
+        compression = compression or self.config.compression
         try:
             runtime = OffloadRuntime(
                 _layer_sequences(self.model), ResidencyPlan(dict(resident), dict(compressed or {})),
                 mode=mode, device=self.device, budget_bytes=budget_bytes, fixed_bytes=fixed,
-                working_set_bytes=working, instrument=instrument,
-                compression=compression or self.config.compression)
+                working_set_bytes=working, instrument=instrument, compression=compression,
+                compression_cache=self._compression_cache() if compression != 'off' else None)
             runtime.attach(self._source)
         except BudgetError as err:
             raise EngineBudgetError(str(err)) from err
@@ -195,7 +201,14 @@ class Engine:
             fixed_bytes=fixed - (0 if embed_on_host else embed), working_set_bytes=working,
             layer_graphs=graphs,
             compressed={k: tuple(v) for k, v in (compressed or {}).items()},
-            compression=compression or self.config.compression)
+            compression=compression)
+
+    def _compression_cache(self) -> CompressionCache | None:
+        """Return the on-disk cache of compressed layers (resolved once), or None."""
+        if not self._cache_resolved:
+            self._cache = compression_cache(self.config, self._dtype(), self.device)
+            self._cache_resolved = True
+        return self._cache
 
     def _enable_graphs(self, runtime: OffloadRuntime) -> None:
         """Graph the resident language-model and expert layers: their weights stay put."""
@@ -438,4 +451,15 @@ class Engine:
                                             layer_graphs=plan.layer_graphs),
             vram_used_bytes=torch.cuda.memory_allocated(self.device) if cuda else 0,
             driver=driver_version() if cuda else '',
-            gpu=torch.cuda.get_device_name(self.device) if cuda else '')
+            gpu=torch.cuda.get_device_name(self.device) if cuda else '',
+            **self._compression_info(rt))
+
+    @staticmethod
+    def _compression_info(rt: OffloadRuntime | None) -> dict[str, Any]:
+        """Return what compressing the layers cost at the last attach, and the cache it used."""
+        if rt is None:
+            return {}
+        stats, cache = rt.compression_stats, rt.compression_cache
+        return {'compression_cache': str(cache.root) if cache is not None else '',
+                'compress_s': stats.compress_s, 'compression_cache_hits': stats.cache_hits,
+                'compression_cache_read_s': stats.cache_read_s}
