@@ -141,6 +141,7 @@ def engine_config(v: Mapping[str, Any]) -> EngineConfig:
         tokenizer_dir=v['tokenizer_dir'] or None, max_decode_tokens=v['decode.max_tokens'],
         fixed_decode_tokens=v['decode.fixed_tokens'] or None, seed=v['decode.seed'],
         compressed=compressed, compression=v['compression'],
+        compression_cache=v['compression_cache'],
         **({'diffusion_steps': steps} if steps else {}))
 
 
