@@ -167,7 +167,7 @@ class EngineResult:
     coc_text: str | None
     decode_tokens: int
     timings: dict[str, float]          # seconds per stage (STAGES)
-    streaming: dict[str, float]        # dma_ms, stall_ms, bytes_streamed
+    streaming: dict[str, float]        # dma_ms, stall_ms, bytes_streamed, bytes_copied (+ .phase)
     diffusion_steps: int               # flow-matching steps run
     nav_text: str | None = None        # the route text this inference used (None: no route)
     guided: bool = False               # navigation guidance ran (a weight and a route text)

@@ -75,6 +75,9 @@ def _layer_sequences(model: AlpamayoR1) -> list[LayerSequence]:
             for name, layers in model.layer_sequences().items()]
 
 
+# The layer sequence each of the model's phases runs.
+_PHASE_SEQUENCE = {'vision': 'vit', 'prefill': 'lm', 'decode': 'lm', 'unguided': 'lm',
+                   'diffusion': 'expert'}
 _NO_PLAN = 'no plan attached: the engine is closed, or was loaded without replan'
 
 
@@ -349,20 +352,29 @@ class Engine:
         return timings
 
     def _streaming(self, passes: Mapping[str, int]) -> dict[str, float]:
-        """Bytes streamed this inference (exact, from the plan) and DMA/stall time if measured."""
+        """Bytes streamed this inference (exact, from the plan) and DMA/stall time if measured.
+
+        `bytes_streamed` counts the streamed layers' weights delivered to the device
+        (uncompressed), `bytes_copied` what crossed the host link (compressed where the layers
+        are; nothing for layers kept compressed in VRAM); `.<phase>` splits both by phase
+        (navigation guidance's unguided passes count as prefill, as in the timings).
+        """
         assert self._runtime is not None
-        reps = {'vit': passes.get('vision', 0),
-                'lm': passes.get('prefill', 0) + passes.get('decode', 0)
-                + passes.get('unguided', 0),
-                'expert': passes.get('diffusion', 0)}
         resident = self._runtime.plan.resident
-        if self._runtime.mode is Mode.PRELOAD:
-            streamed = 0
-        else:
-            streamed = sum(reps[name] * sum(b for i, b in enumerate(sizes)
-                                            if i not in resident.get(name, ()))
-                           for name, sizes in self._layer_bytes.items())
-        out = {'bytes_streamed': float(streamed), 'dma_ms': 0.0, 'stall_ms': 0.0}
+        preload = self._runtime.mode is Mode.PRELOAD
+        per_pass = self._runtime.pass_bytes()
+        out = {'bytes_streamed': 0.0, 'bytes_copied': 0.0, 'dma_ms': 0.0, 'stall_ms': 0.0}
+        for phase, reps in passes.items():
+            name = _PHASE_SEQUENCE.get(phase)
+            if name is None:
+                continue
+            streamed = 0 if preload else reps * sum(
+                b for i, b in enumerate(self._layer_bytes[name]) if i not in resident.get(name, ()))
+            copied = reps * per_pass.get(name, (0, 0))[1]
+            key = 'prefill' if phase == 'unguided' else phase
+            for kind, value in (('bytes_streamed', streamed), ('bytes_copied', copied)):
+                out[kind] += value
+                out[f'{kind}.{key}'] = out.get(f'{kind}.{key}', 0.0) + value
         if self._runtime.instrument:   # this inference's calls: those after the cursor
             calls = self._runtime.stats().calls
             mine = calls[self._calls_seen:] if self._calls_seen <= len(calls) else calls

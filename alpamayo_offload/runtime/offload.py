@@ -492,6 +492,21 @@ class OffloadRuntime:
         """Host bytes page-locked for streamed layers (0 without CUDA)."""
         return sum(st.region.pinned_bytes for st in self._streamed if st.region is not None)
 
+    def pass_bytes(self) -> dict[str, tuple[int, int]]:
+        """Per sequence, the bytes one pass delivers into slots and copies over the host link.
+
+        Delivered: the streamed layers' flat regions, uncompressed; copied: what crosses the
+        link (compressed where compressed, nothing for layers kept compressed in VRAM).
+        """
+        if not self._attached:
+            raise StateError('pass_bytes() needs an attached runtime')
+        out = {s.name: (0, 0) for s in self.sequences}
+        infos = [i for i in self._infos if not i.resident]
+        for info, st in zip(infos, self._streamed, strict=True):
+            raw, moved = out[info.sequence]
+            out[info.sequence] = (raw + st.nbytes, moved + st.transfer.copy_bytes)
+        return out
+
     @property
     def host_bytes(self) -> int:
         """Host bytes held by the streamed layers' regions (pinned or not)."""

@@ -78,6 +78,8 @@ def test_second_start_reads_the_cache_beside_the_checkpoint(inputs, checkpoint: 
         assert np.array_equal(got.samples_xyz, plain.samples_xyz)
         assert got.coc_token_ids == plain.coc_token_ids
     assert 'compress_s' in info.as_dict()
+    copied, streamed = second.streaming['bytes_copied'], second.streaming['bytes_streamed']
+    assert 0 < copied < streamed == plain.streaming['bytes_streamed']
 
 
 def test_a_rewritten_checkpoint_gets_another_key(checkpoint: Path) -> None:
