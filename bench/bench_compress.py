@@ -1,24 +1,31 @@
-"""Raw vs compressed streaming vs preload on one model, same input, per VRAM budget.
+"""Raw vs compressed streaming vs preload, per VRAM budget, on Alpamayo-R1 and a Llama decoder.
 
-For each budget the raw plan keeps as many interleaved language-model layers resident as fit
-(planning.interleaved_indices) and streams the rest raw; the compressed plan keeps the same
-layers (one fewer while the staging buffers do not fit) and streams the rest compressed
-(runtime/codec.py: nvCOMP ANS on CUDA). Each row: median latency of `--reps` inferences after
-`--warmup`, streamed bytes, effective bandwidth (uncompressed bytes delivered per second of
-the streaming phases), pinned bytes, attach (compression) time, and whether the trajectory
-equals the preload one. Weights are the preset's random N(0, 0.02) BF16 weights (say so in
-docs/benchmarks.md).
+One run measures, for each model (`--models r1,llama`): the preload reference; the start-up cost
+of compression (`startup-cold`: every layer streamed compressed, compressed now and written to
+the cache; `startup-cache`: the same plan attached again, every layer read from the cache, as a
+second start does); and for each budget the raw plan (as many interleaved language-model layers
+resident as fit, planning.interleaved_indices, the rest streamed raw) and the compressed plan
+(the same layers, one fewer while the staging buffers do not fit, the rest streamed
+compressed: runtime/codec.py, nvCOMP ANS on CUDA). Each row: median of `--reps` inferences
+after `--warmup`, per phase its seconds, the uncompressed bytes delivered, the bytes copied over
+the host link and the effective bandwidth (uncompressed bytes per second of the phase); pinned
+bytes, host RAM (RSS and peak), attach seconds, compression and cache seconds, and whether the
+outputs equal the preload ones bit for bit. Budgets are GiB, or `N%` of the model's preload
+footprint. Weights are random N(0, 0.02) (BF16 on CUDA): say so in docs/benchmarks.md. The
+compressed layers are cached under `--cache-dir` (default: a temporary directory, removed at
+the end; never under `--out`, whose files are copied back).
 
-`--plan-from PROFILE` instead plans each budget with the planner from a profile with compression
-terms (`alpamayo-offload profile`): the raw plan (`PlannerOptions(compression='off')`), the
-best compressed one (`compression='on'`) and the planned one (compression where it pays; not
+`--plan-from PROFILE` instead plans each budget of R1 with the planner from a profile with
+compression terms (`alpamayo-offload profile`): the raw plan (`PlannerOptions(compression='off')`),
+the best compressed one (`compression='on'`) and the planned one (compression where it pays; not
 measured again when it is one of the other two), and prints each row's predicted against
 measured latency (the total in the table, each phase in rows.json). `--plan-from synthetic`
 plans from a profile made up from the loaded model's layer sizes (`_SYNTHETIC`: a slow link, so
 that compression pays): it exercises the command on the CPU, its predictions mean nothing.
 
-    python -m bench.bench_compress --out $OUT --budget-s 520           # H200, full-size R1
-    python -m bench.bench_compress --out /tmp/c --model tiny --device cpu --budgets 1
+    python -m bench.bench_compress --out $OUT --budget-s 580                # H200: R1 + Llama
+    python -m bench.bench_compress --out /tmp/c --model tiny --llama-shape tiny --device cpu \
+        --budgets 80% --decode-tokens 2 --diffusion-steps 2 --reps 1 --warmup 0   # CPU smoke
     python -m bench.bench_compress --out $OUT --plan-from profile.json --budgets 8,12,16
     python -m bench.bench_compress --out /tmp/c --model tiny --device cpu --plan-from synthetic \
         --budgets 0.5225,0.6 --reps 1 --warmup 0
@@ -29,14 +36,14 @@ import argparse
 import dataclasses
 import json
 import logging
+import shutil
 import statistics
+import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-import numpy as np
-
-from alpamayo_offload.engine import Engine, EngineConfig, EngineError
+from alpamayo_offload.engine import Engine, EngineError
 from alpamayo_offload.planning.errors import BudgetError, PlanningError
 from alpamayo_offload.planning.planner import (
     PlannerOptions,
@@ -54,38 +61,167 @@ from alpamayo_offload.planning.profile import (
     load_profile,
 )
 
+from .compress_subjects import (
+    AttachStats,
+    LlamaSubject,
+    PlanRefusedError,
+    R1Subject,
+    Run,
+    llama_settings,
+)
+
 LOG = logging.getLogger('bench_compress')
 GIB = 2**30
 
 
-def _fit(engine: Engine, budget: int, compression: str, start: int) -> tuple[int, float]:
-    """Attach the largest interleaved-LM plan (k <= start) that fits; return k and attach s."""
-    n_lm = len(engine.model.layer_sequences()['lm'])
-    for k in range(start, -1, -1):
-        t0 = time.perf_counter()
-        try:
-            engine.replan(resident={'lm': interleaved_indices(k, n_lm)}, mode='pipelined',
-                          budget_bytes=budget, compression=compression)
-        except EngineError:
-            continue
-        return k, time.perf_counter() - t0
-    raise EngineError(f'no plan fits {budget / GIB:.1f} GiB with compression={compression}')
+class Subject(Protocol):
+    """What the bench needs of a model (compress_subjects.py)."""
+
+    name: str
+    phases: tuple[str, ...]
+    n_lm: int
+
+    def attach(self, resident: dict[str, tuple[int, ...]], mode: str,
+               budget_bytes: int | None, compression: str) -> None:
+        """Attach a plan (PlanRefusedError when it does not fit)."""
+        ...
+
+    def infer(self) -> Run:
+        """Run one inference."""
+        ...
+
+    def attach_stats(self) -> AttachStats:
+        """What the last attach cost and holds."""
+        ...
+
+    def close(self) -> None:
+        """Detach."""
+        ...
 
 
-def _row(engine: Engine, inputs: Any, warmup: int, reps: int, ref: Any) -> dict[str, Any]:
+def host_ram() -> dict[str, int]:
+    """Return this process's resident and peak resident host bytes (Linux /proc; else 0)."""
+    found = {'rss_bytes': 0, 'peak_rss_bytes': 0}
+    try:
+        text = Path('/proc/self/status').read_text(encoding='ascii')
+    except OSError:
+        return found
+    for line in text.splitlines():
+        key, _, value = line.partition(':')
+        name = {'VmRSS': 'rss_bytes', 'VmHWM': 'peak_rss_bytes'}.get(key)
+        if name and value.strip().endswith('kB'):
+            found[name] = int(value.split()[0]) * 1024
+    return found
+
+
+def measure(subject: Subject, warmup: int, reps: int, ref: Run | None) -> tuple[dict[str, Any],
+                                                                             Run]:
+    """Median of `reps` inferences after `warmup`, per phase; the last run for comparisons."""
     for _ in range(warmup):
-        engine.infer(inputs)
-    runs = [engine.infer(inputs) for _ in range(reps)]
-    total = statistics.median(r.timings['total'] for r in runs)
-    phases = {p: statistics.median(r.timings[p] for r in runs)
-              for p in ('vision', 'prefill', 'decode', 'diffusion')}
-    streamed = runs[-1].streaming['bytes_streamed']
-    model_s = sum(phases.values())
-    return {'total_s': total, 'phases_s': phases, 'bytes_streamed_raw': streamed,
-            'effective_gb_s': streamed / model_s / 1e9 if model_s else 0.0,
-            'pinned_bytes': engine.info.pinned_bytes,
-            'exact': ref is None or bool(np.array_equal(runs[-1].samples_xyz, ref.samples_xyz)
-                                         and runs[-1].coc_token_ids == ref.coc_token_ids)}
+        subject.infer()
+    runs = [subject.infer() for _ in range(max(1, reps))]
+    phases = {p: statistics.median(r.phases_s[p] for r in runs) for p in subject.phases}
+    last = runs[-1]
+    effective = {p: last.streamed[p] / phases[p] / 1e9 if phases[p] else 0.0
+                 for p in subject.phases}
+    streaming_s = sum(phases[p] for p in subject.phases if last.streamed[p])
+    stats = subject.attach_stats()
+    row = {'total_s': statistics.median(r.total_s for r in runs), 'reps': len(runs),
+           'phases_s': phases, 'streamed_bytes': last.streamed, 'copied_bytes': last.copied,
+           'effective_gb_s': effective,
+           'effective_gb_s_streaming': sum(last.streamed.values()) / streaming_s / 1e9
+           if streaming_s else 0.0,
+           'bytes_streamed_raw': sum(last.streamed.values()),
+           'bytes_copied': sum(last.copied.values()),
+           'pinned_bytes': stats.pinned_bytes, 'required_bytes': stats.required_bytes,
+           **host_ram(),
+           'exact': ref is None or last.same_as(ref)}
+    return row, last
+
+
+def _attach(subject: Subject, resident: dict[str, tuple[int, ...]], budget: int | None,
+            compression: str) -> dict[str, Any]:
+    """Attach a pipelined plan; return its attach, compression and cache seconds."""
+    start = time.perf_counter()
+    subject.attach(resident, 'pipelined', budget, compression)
+    stats = subject.attach_stats()
+    return {'attach_s': time.perf_counter() - start, 'compress_s': stats.compress_s,
+            'cache_hits': stats.cache_hits, 'cache_read_s': stats.cache_read_s}
+
+
+def _fit(subject: Subject, budget: int, compression: str, start: int) -> tuple[int,
+                                                                              dict[str, Any]]:
+    """Attach the largest interleaved-LM plan (k <= start) that fits; return k and the row."""
+    reason = ''
+    for k in range(start, -1, -1):
+        resident = interleaved_indices(k, subject.n_lm)
+        try:
+            attach = _attach(subject, {'lm': resident}, budget, compression)
+            return k, {'resident_lm': len(resident), 'resident_lm_indices': list(resident),
+                       **attach}
+        except PlanRefusedError as err:
+            reason = str(err)
+            if 'nvCOMP' in reason:
+                break
+    raise PlanRefusedError(f'no plan fits {budget / GIB:.3f} GiB with compression='
+                           f'{compression}: {reason}')
+
+
+def _budget_bytes(spec: str, preload_bytes: int) -> int:
+    """GiB (`12`), or percent of the preload footprint (`80%`)."""
+    if spec.endswith('%'):
+        return int(float(spec[:-1]) / 100 * preload_bytes)
+    return int(float(spec) * GIB)
+
+
+def model_rows(subject: Subject, budgets: list[str], args: argparse.Namespace,
+               start: float) -> list[dict[str, Any]]:
+    """Preload, start-up (cold and cached) and raw/compressed rows per budget of one model."""
+    base = {'model': subject.name}
+    rows: list[dict[str, Any]] = []
+
+    def late() -> bool:
+        return time.perf_counter() - start > args.budget_s
+
+    subject.attach({}, 'preload', None, 'off')
+    preload_bytes = subject.attach_stats().required_bytes
+    ref_row, ref = measure(subject, args.warmup, args.reps, None)
+    rows.append({**base, 'budget_gib': None, 'plan': 'preload', **ref_row})
+    LOG.info('%s', rows[-1])
+    for plan_name in ('startup-cold', 'startup-cache'):
+        if late():
+            rows.append({**base, 'budget_gib': None, 'plan': plan_name,
+                         'skipped': 'time budget'})
+            continue
+        try:
+            attach = _attach(subject, {}, None, 'on')
+        except PlanRefusedError as err:
+            rows.append({**base, 'budget_gib': None, 'plan': plan_name, 'skipped': str(err)})
+            continue
+        row, _ = measure(subject, 0, 1, ref)
+        rows.append({**base, 'budget_gib': None, 'plan': plan_name, 'resident_lm': 0,
+                     **attach, **row})
+        LOG.info('%s', rows[-1])
+    for spec in budgets:
+        budget = _budget_bytes(spec, preload_bytes)
+        gib = round(budget / GIB, 3)
+        k_raw = subject.n_lm
+        for compression in ('off', 'on'):
+            name = 'raw' if compression == 'off' else 'compressed'
+            head = {**base, 'budget_gib': gib, 'budget': spec, 'plan': name}
+            if late():
+                rows.append({**head, 'skipped': 'time budget'})
+                continue
+            try:
+                k, attach = _fit(subject, budget, compression, k_raw)
+            except PlanRefusedError as err:
+                rows.append({**head, 'skipped': str(err)})
+                continue
+            k_raw = k if compression == 'off' else k_raw
+            row, _ = measure(subject, args.warmup, args.reps, ref)
+            rows.append({**head, 'k': k, **attach, **row})
+            LOG.info('%s', rows[-1])
+    return rows
 
 
 # What `--plan-from synthetic` assumes: link GB/s, compressed/raw, decompression GB/s, layer ms.
@@ -126,11 +262,12 @@ def _apply(engine: Engine, placement: Placement, budget: int) -> float:
     return time.perf_counter() - t0
 
 
-def planned_rows(engine: Engine, profile: Profile, budgets: list[float], inputs: Any,
-                 args: argparse.Namespace, ref: Any, start: float) -> list[dict[str, Any]]:
+def planned_rows(subject: R1Subject, profile: Profile, budgets: list[float], ref: Run,
+                 args: argparse.Namespace, start: float) -> list[dict[str, Any]]:
     """Measure the raw and the planned plan of each budget against their predictions."""
+    engine = subject.engine
     # The engine's budget check counts the working set for its own decode-token limit.
-    options = PlannerOptions(workload=Workload(21, 10),
+    options = PlannerOptions(workload=Workload(args.decode_tokens, args.diffusion_steps),
                              max_decode_tokens=engine.config.max_decode_tokens)
     rows: list[dict[str, Any]] = []
     for gib in budgets:
@@ -151,7 +288,8 @@ def planned_rows(engine: Engine, profile: Profile, budgets: list[float], inputs:
             if result is None:
                 continue
             placement = result.placement
-            head = {'budget_gib': gib, 'plan': kind, 'compression': placement.compression,
+            head = {'model': subject.name, 'budget_gib': gib, 'plan': kind,
+                    'compression': placement.compression,
                     'resident': {s: list(placement.indices(s)) for s in placement.resident},
                     'compressed': {s: list(placement.compressed_indices(s))
                                    for s in placement.compressed},
@@ -172,7 +310,7 @@ def planned_rows(engine: Engine, profile: Profile, budgets: list[float], inputs:
             except EngineError as err:
                 rows.append({**head, 'skipped': str(err)})
                 continue
-            row = _row(engine, inputs, args.warmup, args.reps, ref)
+            row, _ = measure(subject, args.warmup, args.reps, ref)
             rows.append({**head, 'attach_s': attach_s, **row,
                          'error': row['total_s'] / result.prediction.total_s - 1})
             LOG.info('%s', rows[-1])
@@ -196,78 +334,105 @@ def _print_planned(rows: list[dict[str, Any]]) -> None:
             continue
         ratio = r['total_s'] / raw[r['budget_gib']] if r['budget_gib'] in raw else float('nan')
         print(f"{lead} {r['total_s']:7.3f} {100 * r['error']:+6.2f}% {ratio:6.2f} "
-              f"{r['effective_gb_s']:8.1f} {r['exact']}")
+              f"{r['effective_gb_s_streaming']:8.1f} {r['exact']}")
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    """The short table: one line a row, ratios against the raw plan of the same budget."""
+    raw = {(r['model'], r['budget']): r['total_s'] for r in rows
+           if r.get('plan') == 'raw' and 'total_s' in r}
+    print(f"{'model':>6} {'budget':>7} {'plan':>13} {'lm res':>6} {'total s':>8} {'x raw':>6} "
+          f"{'GB/s eff':>8} {'copied GB':>9} {'pinned GiB':>10} {'RSS GiB':>7} {'attach s':>8} "
+          f"{'compr s':>7} {'cache':>5} exact")
+    for r in rows:
+        lead = f"{r['model']:>6} {r.get('budget') or '-':>7} {r['plan']:>13}"
+        if 'skipped' in r:
+            print(f'{lead} skipped: {r["skipped"]}')
+            continue
+        ratio = raw.get((r['model'], r.get('budget')))
+        print(f"{lead} {r.get('resident_lm', '-')!s:>6} {r['total_s']:8.3f} "
+              f"{r['total_s'] / ratio if ratio else float('nan'):6.2f} "
+              f"{r['effective_gb_s_streaming']:8.1f} {r['bytes_copied'] / 1e9:9.2f} "
+              f"{r['pinned_bytes'] / GIB:10.2f} {r['rss_bytes'] / GIB:7.2f} "
+              f"{r.get('attach_s', 0.0):8.1f} {r.get('compress_s', 0.0):7.1f} "
+              f"{r.get('cache_hits', 0):5d} {r['exact']}")
+
+
+def _subject(name: str, args: argparse.Namespace, cache_dir: Path) -> Subject:
+    if name == 'r1':
+        return R1Subject(args.model, args.device, cache_dir, args.decode_tokens,
+                         args.diffusion_steps)
+    if name == 'llama':
+        return LlamaSubject(llama_settings(args.llama_shape, args.device), cache_dir)
+    raise ValueError(f'--models: unknown model {name!r}; known: r1, llama')
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    ap.add_argument('--out', type=Path, required=True)
+    ap.add_argument('--models', default='r1,llama', help='r1, llama or r1,llama')
+    ap.add_argument('--model', default='full', help='the R1 preset or checkpoint')
+    ap.add_argument('--llama-shape', default='7b', choices=('7b', 'tiny'))
+    ap.add_argument('--device', default='cuda')
+    ap.add_argument('--budgets', default='8,12,16',
+                    help='VRAM budgets: GiB, or N%% of the preload footprint')
+    ap.add_argument('--decode-tokens', type=int, default=21)
+    ap.add_argument('--diffusion-steps', type=int, default=10)
+    ap.add_argument('--warmup', type=int, default=1)
+    ap.add_argument('--reps', type=int, default=3)
+    ap.add_argument('--budget-s', type=float, default=580.0, help='wall-clock budget')
+    ap.add_argument('--cache-dir', type=Path, default=None,
+                    help='compression cache (default: a temporary directory, removed at the end)')
+    ap.add_argument('--plan-from', default=None,
+                    help='plan each budget of R1 from this profile (or "synthetic") and print '
+                         'predicted vs measured')
+    return ap
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the rows within the time budget; write rows.json and print a table last."""
-    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    ap.add_argument('--out', type=Path, required=True)
-    ap.add_argument('--model', default='full')
-    ap.add_argument('--device', default='cuda')
-    ap.add_argument('--budgets', default='8,12,16', help='VRAM budgets in GiB')
-    ap.add_argument('--warmup', type=int, default=1)
-    ap.add_argument('--reps', type=int, default=3)
-    ap.add_argument('--budget-s', type=float, default=520.0, help='wall-clock budget')
-    ap.add_argument('--plan-from', default=None,
-                    help='plan each budget from this profile (or "synthetic") and print '
-                         'predicted vs measured')
-    args = ap.parse_args(argv)
+    args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format='%(asctime)s %(message)s')
     start = time.perf_counter()
     args.out.mkdir(parents=True, exist_ok=True)
-    config = EngineConfig(model=args.model, device=args.device, mode='pipelined',
-                          fixed_decode_tokens=21, diffusion_steps=10, deterministic=True,
-                          compression='off')
-    engine = Engine.load(config)
-    inputs = engine.example_input(presized=True)
+    owned = args.cache_dir is None
+    cache_dir = Path(tempfile.mkdtemp(prefix='bench-compress-cache-')) if owned \
+        else args.cache_dir
     rows: list[dict[str, Any]] = []
     try:
-        engine.replan(resident={}, mode='preload')
-        ref_row = _row(engine, inputs, args.warmup, args.reps, None)
-        ref = engine.infer(inputs)
-        rows.append({'budget_gib': None, 'plan': 'preload', **ref_row})
         if args.plan_from:
-            profile = synthetic_profile(engine) if args.plan_from == 'synthetic' \
-                else load_profile(args.plan_from)[0]
-            planned = planned_rows(engine, profile, [float(b) for b in args.budgets.split(',')],
-                                   inputs, args, ref, start)
-            (args.out / 'rows.json').write_text(json.dumps(rows + planned, indent=2))
-            _print_planned(planned)
-            return 0
-        n_lm = len(engine.model.layer_sequences()['lm'])
-        for gib in (float(b) for b in args.budgets.split(',')):
-            budget = int(gib * GIB)
-            k_raw = n_lm
-            for compression in ('off', 'on'):
-                if time.perf_counter() - start > args.budget_s:
-                    rows.append({'budget_gib': gib, 'plan': compression,
-                                 'skipped': 'time budget'})
-                    continue
-                try:
-                    k, attach_s = _fit(engine, budget, compression, k_raw)
-                except EngineError as err:
-                    rows.append({'budget_gib': gib, 'plan': compression, 'skipped': str(err)})
-                    continue
-                k_raw = k if compression == 'off' else k_raw
-                row = _row(engine, inputs, args.warmup, args.reps, ref)
-                rows.append({'budget_gib': gib, 'plan': 'raw' if compression == 'off'
-                             else 'compressed', 'resident_lm': k, 'attach_s': attach_s, **row})
-                LOG.info('%s', rows[-1])
+            return _planned(args, cache_dir, start)
+        for name in args.models.split(','):
+            subject = _subject(name, args, cache_dir)
+            try:
+                rows += model_rows(subject, args.budgets.split(','), args, start)
+            finally:
+                subject.close()
+            (args.out / 'rows.json').write_text(json.dumps(rows, indent=2))
     finally:
-        engine.close()
+        if owned:
+            shutil.rmtree(cache_dir, ignore_errors=True)
     (args.out / 'rows.json').write_text(json.dumps(rows, indent=2))
-    raw = {r['budget_gib']: r['total_s'] for r in rows if r.get('plan') == 'raw'}
-    print(f"{'budget':>7} {'plan':>10} {'lm res':>6} {'total s':>8} {'x raw':>6} "
-          f"{'GB/s eff':>8} {'pinned GiB':>10} {'attach s':>8} exact")
-    for r in rows:
-        if 'skipped' in r:
-            print(f"{r['budget_gib']!s:>7} {r['plan']:>10} skipped: {r['skipped']}")
-            continue
-        ratio = r['total_s'] / raw[r['budget_gib']] if r['budget_gib'] in raw else float('nan')
-        print(f"{r['budget_gib']!s:>7} {r['plan']:>10} {r.get('resident_lm', '-')!s:>6} "
-              f"{r['total_s']:8.3f} {ratio:6.2f} {r['effective_gb_s']:8.1f} "
-              f"{r['pinned_bytes'] / GIB:10.2f} {r.get('attach_s', 0.0):8.1f} {r['exact']}")
+    print_table(rows)
+    return 0
+
+
+def _planned(args: argparse.Namespace, cache_dir: Path, start: float) -> int:
+    """`--plan-from`: R1's raw, compressed and planned plans against their predictions."""
+    subject = R1Subject(args.model, args.device, cache_dir, args.decode_tokens,
+                        args.diffusion_steps)
+    try:
+        subject.attach({}, 'preload', None, 'off')
+        ref_row, ref = measure(subject, args.warmup, args.reps, None)
+        rows = [{'model': subject.name, 'budget_gib': None, 'plan': 'preload', **ref_row}]
+        profile = synthetic_profile(subject.engine) if args.plan_from == 'synthetic' \
+            else load_profile(args.plan_from)[0]
+        planned = planned_rows(subject, profile, [float(b) for b in args.budgets.split(',')],
+                               ref, args, start)
+    finally:
+        subject.close()
+    (args.out / 'rows.json').write_text(json.dumps(rows + planned, indent=2))
+    _print_planned(planned)
     return 0
 
 

@@ -153,6 +153,7 @@ def engine_config(v: Mapping[str, Any]) -> EngineConfig:
         num_samples=v['decode.num_samples'],
         guidance_weight=v['navigation.guidance_weight'] or None,
         num_cameras=len(v['cameras.slots']),
+        compression_cache=v['compression_cache'],
         **({'diffusion_steps': steps} if steps else {}))
 
 

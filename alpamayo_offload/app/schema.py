@@ -160,6 +160,10 @@ _SPECS = (
        "CUDA, bit-exact): 'on' (refused where nvCOMP is missing on CUDA), 'auto' (on where nvCOMP "
        "imports, else raw with one log line) or 'off' (planner output)",
        choices=('off', 'auto', 'on'), restart=True),
+    _p('compression_cache', _S, 'auto', 'where compressed layers are kept on disk so a second '
+       "start skips compressing them: 'auto' (next to a checkpoint where writable, else "
+       "$XDG_CACHE_HOME/alpamayo-offload/compression; none for presets), 'off' or a directory",
+       restart=True),
     _p('embed_on_host', _B, False, 'keep the token embedding in host RAM (planner output)',
        restart=True),
     _p('fused_norms', _B, True, 'RMSNorms as one fused op (faster where the host issuing kernels '

@@ -67,6 +67,9 @@ class EngineConfig:
     with one log line; `on` requires nvCOMP on CUDA (the zlib codec on the CPU); `off` (the
     default until the planner prices decompression) streams raw.
     `compressed` names layers kept compressed in VRAM (decompressed into a slot each pass).
+    `compression_cache` keeps the compressed layers on disk so a second start skips compressing
+    them (engine/compression_cache.py): 'auto' (next to a checkpoint where writable, else the
+    user's cache directory; nothing for presets), 'off', or a directory.
     `guidance_weight` (Alpamayo 1.5) runs navigation classifier-free guidance with this weight
     whenever an input carries navigation text (None: off; the official notebook uses 1.5);
     `noise_temperature` scales the initial flow-matching noise (the notebook's nav runs: 0.6).
@@ -84,6 +87,7 @@ class EngineConfig:
     resident: Mapping[str, Sequence[int]] = field(default_factory=dict)
     compressed: Mapping[str, Sequence[int]] = field(default_factory=dict)
     compression: str = 'off'
+    compression_cache: str = 'auto'
     embed_on_host: bool = False
     tokenizer_dir: str | None = None
     vlm_config: str | None = None
@@ -122,6 +126,9 @@ class EngineConfig:
         if self.compression not in {c.value for c in Compression}:
             raise ValueError(f'EngineConfig.compression = {self.compression!r}: must be one of '
                              f'{[c.value for c in Compression]}')
+        if not isinstance(self.compression_cache, str) or not self.compression_cache.strip():
+            raise ValueError(f'EngineConfig.compression_cache = {self.compression_cache!r}: '
+                             "must be 'auto', 'off' or a directory")
         if self.dtype not in (None, 'bfloat16', 'float16', 'float32'):
             raise ValueError(f"EngineConfig.dtype = {self.dtype!r}: must be None, 'bfloat16', "
                              "'float16' or 'float32'")
@@ -160,7 +167,7 @@ class EngineResult:
     coc_text: str | None
     decode_tokens: int
     timings: dict[str, float]          # seconds per stage (STAGES)
-    streaming: dict[str, float]        # dma_ms, stall_ms, bytes_streamed
+    streaming: dict[str, float]        # dma_ms, stall_ms, bytes_streamed, bytes_copied (+ .phase)
     diffusion_steps: int               # flow-matching steps run
     nav_text: str | None = None        # the route text this inference used (None: no route)
     guided: bool = False               # navigation guidance ran (a weight and a route text)

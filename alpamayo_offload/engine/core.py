@@ -9,6 +9,7 @@ import os
 import platform
 import time
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -36,6 +37,7 @@ from ..model import (
 )
 from ..runtime import (
     BudgetError,
+    CompressionCache,
     HostStore,
     LayerFootprint,
     LayerSequence,
@@ -47,6 +49,7 @@ from ..runtime import (
     TensorSource,
     layer_footprint,
 )
+from .compression_cache import compression_cache
 from .config import (
     EMBED_MODULE,
     SEQUENCE_PREFIXES,
@@ -73,6 +76,9 @@ def _layer_sequences(model: AlpamayoR1) -> list[LayerSequence]:
             for name, layers in model.layer_sequences().items()]
 
 
+# The layer sequence each of the model's phases runs.
+_PHASE_SEQUENCE = {'vision': 'vit', 'prefill': 'lm', 'decode': 'lm', 'unguided': 'lm',
+                   'diffusion': 'expert'}
 _NO_PLAN = 'no plan attached: the engine is closed, or was loaded without replan'
 
 
@@ -92,6 +98,8 @@ class Engine:
         self._plan: PlanState | None = None        # set by replan
         self._inferences = 0
         self._calls_seen = 0
+        self._cache: CompressionCache | None = None
+        self._cache_resolved = False                # the cache is resolved on first use
         self._layer_bytes = {name: [_module_bytes(m) for m in layers]
                              for name, layers in model.layer_sequences().items()}
 
@@ -170,12 +178,13 @@ class Engine:
         fixed = sum(_module_bytes(m) for name, m in self.model.non_layer_modules().items()
                     if not (embed_on_host and name == EMBED_MODULE))
         working = self.working_set_bytes()
+        compression = compression or self.config.compression
         try:
             runtime = OffloadRuntime(
                 _layer_sequences(self.model), ResidencyPlan(dict(resident), dict(compressed or {})),
                 mode=mode, device=self.device, budget_bytes=budget_bytes, fixed_bytes=fixed,
-                working_set_bytes=working, instrument=instrument,
-                compression=compression or self.config.compression)
+                working_set_bytes=working, instrument=instrument, compression=compression,
+                compression_cache=self._compression_cache() if compression != 'off' else None)
             runtime.attach(self._source)
         except BudgetError as err:
             raise EngineBudgetError(str(err)) from err
@@ -196,7 +205,14 @@ class Engine:
             fixed_bytes=fixed - (0 if embed_on_host else embed), working_set_bytes=working,
             layer_graphs=graphs,
             compressed={k: tuple(v) for k, v in (compressed or {}).items()},
-            compression=compression or self.config.compression)
+            compression=compression)
+
+    def _compression_cache(self) -> CompressionCache | None:
+        """Return the on-disk cache of compressed layers (resolved once), or None."""
+        if not self._cache_resolved:
+            self._cache = compression_cache(self.config, self._dtype(), self.device)
+            self._cache_resolved = True
+        return self._cache
 
     def _enable_graphs(self, runtime: OffloadRuntime) -> None:
         """Graph the resident language-model and expert layers: their weights stay put."""
@@ -337,20 +353,29 @@ class Engine:
         return timings
 
     def _streaming(self, passes: Mapping[str, int]) -> dict[str, float]:
-        """Bytes streamed this inference (exact, from the plan) and DMA/stall time if measured."""
+        """Bytes streamed this inference (exact, from the plan) and DMA/stall time if measured.
+
+        `bytes_streamed` counts the streamed layers' weights delivered to the device
+        (uncompressed), `bytes_copied` what crossed the host link (compressed where the layers
+        are; nothing for layers kept compressed in VRAM); `.<phase>` splits both by phase
+        (navigation guidance's unguided passes count as prefill, as in the timings).
+        """
         assert self._runtime is not None
-        reps = {'vit': passes.get('vision', 0),
-                'lm': passes.get('prefill', 0) + passes.get('decode', 0)
-                + passes.get('unguided', 0),
-                'expert': passes.get('diffusion', 0)}
         resident = self._runtime.plan.resident
-        if self._runtime.mode is Mode.PRELOAD:
-            streamed = 0
-        else:
-            streamed = sum(reps[name] * sum(b for i, b in enumerate(sizes)
-                                            if i not in resident.get(name, ()))
-                           for name, sizes in self._layer_bytes.items())
-        out = {'bytes_streamed': float(streamed), 'dma_ms': 0.0, 'stall_ms': 0.0}
+        preload = self._runtime.mode is Mode.PRELOAD
+        per_pass = self._runtime.pass_bytes()
+        out = {'bytes_streamed': 0.0, 'bytes_copied': 0.0, 'dma_ms': 0.0, 'stall_ms': 0.0}
+        for phase, reps in passes.items():
+            name = _PHASE_SEQUENCE.get(phase)
+            if name is None:
+                continue
+            streamed = 0 if preload else reps * sum(
+                b for i, b in enumerate(self._layer_bytes[name]) if i not in resident.get(name, ()))
+            copied = reps * per_pass.get(name, (0, 0))[1]
+            key = 'prefill' if phase == 'unguided' else phase
+            for kind, value in (('bytes_streamed', streamed), ('bytes_copied', copied)):
+                out[kind] += value
+                out[f'{kind}.{key}'] = out.get(f'{kind}.{key}', 0.0) + value
         if self._runtime.instrument:   # this inference's calls: those after the cursor
             calls = self._runtime.stats().calls
             mine = calls[self._calls_seen:] if self._calls_seen <= len(calls) else calls
@@ -444,4 +469,15 @@ class Engine:
                                             layer_graphs=plan.layer_graphs),
             vram_used_bytes=torch.cuda.memory_allocated(self.device) if cuda else 0,
             driver=driver_version() if cuda else '',
-            gpu=torch.cuda.get_device_name(self.device) if cuda else '')
+            gpu=torch.cuda.get_device_name(self.device) if cuda else '',
+            **self._compression_info(rt))
+
+    @staticmethod
+    def _compression_info(rt: OffloadRuntime | None) -> dict[str, Any]:
+        """Return what compressing the layers cost at the last attach, and the cache it used."""
+        if rt is None:
+            return {}
+        stats, cache = rt.compression_stats, rt.compression_cache
+        return {'compression_cache': str(cache.root) if cache is not None else '',
+                'compress_s': stats.compress_s, 'compression_cache_hits': stats.cache_hits,
+                'compression_cache_read_s': stats.cache_read_s}

@@ -61,6 +61,10 @@ class EngineInfo:
     vram_used_bytes: int = 0             # CUDA only
     driver: str = ''                     # CUDA only
     gpu: str = ''                        # CUDA only
+    compression_cache: str = ''          # the cache's directory at the last attach ('' none)
+    compress_s: float = 0.0              # seconds compressing layers at the last attach
+    compression_cache_hits: int = 0      # layers read from the cache at the last attach
+    compression_cache_read_s: float = 0.0  # seconds reading them
 
     def as_dict(self) -> dict[str, Any]:
         """Plain JSON-able form (layer indices as lists)."""

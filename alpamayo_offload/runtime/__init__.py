@@ -2,7 +2,8 @@
 
 Public interface (see docs/design.md): :class:`OffloadRuntime`, :class:`LayerSequence`,
 :class:`ResidencyPlan`, :class:`Mode`, the :class:`TensorSource` protocol, :class:`HostStore`,
-the stats types and the lossless codecs (:class:`Compression`, :func:`select_codec`).
+the stats types, the lossless codecs (:class:`Compression`, :func:`select_codec`) and their
+on-disk cache (:class:`CompressionCache`).
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from .codec import (
     PlaneZlibCodec,
     select_codec,
 )
+from .codec_cache import CompressionCache, CompressionStats
 from .config import LayerSequence, Mode, ResidencyPlan
 from .errors import (
     BudgetError,
@@ -40,6 +42,8 @@ __all__ = [
     'CodecIndex',
     'Compressed',
     'Compression',
+    'CompressionCache',
+    'CompressionStats',
     'NvcompAnsCodec',
     'PlaneZlibCodec',
     'select_codec',

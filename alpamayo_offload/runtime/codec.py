@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import enum
+import importlib.metadata
 import logging
 import zlib
 from dataclasses import dataclass
@@ -29,6 +30,10 @@ import torch
 from .errors import OffloadError
 
 logger = logging.getLogger(__name__)
+
+# Bumped whenever a codec's compressed bytes change meaning: an on-disk cache written by
+# another format version is never read (runtime/codec_cache.py).
+CODEC_FORMAT_VERSION = 1
 
 _STORED = 'stored'
 _PLANES = 'planes-zlib'
@@ -95,6 +100,11 @@ class Codec(Protocol):
     name: str
     device: torch.device      # where decompression reads its input and writes its output
 
+    @property
+    def params(self) -> dict[str, str]:
+        """Everything that decides its compressed bytes (name, version, chunking): a cache key."""
+        ...
+
     def compress(self, flat: torch.Tensor) -> Compressed:
         """Compress ``flat`` (uint8, any device); the result's data lies on the host."""
         ...
@@ -130,6 +140,12 @@ class PlaneZlibCodec:
         self.chunk_bytes = chunk_bytes
         self.level = level
         self.name = f'{_PLANES}-{element_size}'
+
+    @property
+    def params(self) -> dict[str, str]:
+        """Name, format version, chunk size and zlib level: what decides its bytes."""
+        return {'codec': self.name, 'format': str(CODEC_FORMAT_VERSION),
+                'chunk_bytes': str(self.chunk_bytes), 'level': str(self.level)}
 
     def compress(self, flat: torch.Tensor) -> Compressed:
         """Compress ``flat`` chunk by chunk; chunks that do not shrink are stored."""
@@ -184,6 +200,19 @@ class PlaneZlibCodec:
                 planes[:, p].copy_(torch.frombuffer(bytearray(plane), dtype=torch.uint8))
 
 
+def _nvcomp_version(nvcomp: Any) -> str:
+    """Return the nvCOMP Python package's version ('unknown' where it names none)."""
+    found = getattr(nvcomp, '__version__', None)
+    if found:
+        return str(found)
+    for dist in ('nvidia-nvcomp-cu13', 'nvidia-nvcomp-cu12'):
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return 'unknown'
+
+
 def _import_nvcomp() -> Any:
     from nvidia import nvcomp  # optional extra: nvidia-nvcomp-cu13
     return nvcomp
@@ -208,7 +237,14 @@ class NvcompAnsCodec:
                                    else torch.cuda.current_device(),
                                    cuda_stream=stream.cuda_stream,
                                    uncomp_chunk_size=chunk_bytes)
+        self._chunk_bytes = chunk_bytes
         self._configs: dict[int, tuple[Any, Any]] = {}
+
+    @property
+    def params(self) -> dict[str, str]:
+        """Name, format version, nvCOMP's version and chunk size: what decides its bytes."""
+        return {'codec': self.name, 'format': str(CODEC_FORMAT_VERSION),
+                'chunk_bytes': str(self._chunk_bytes), 'nvcomp': _nvcomp_version(self._nv)}
 
     def _config(self, nbytes: int) -> tuple[Any, Any]:
         found = self._configs.get(nbytes)

@@ -9,11 +9,14 @@ every layer moves to the device and no hook is installed (unless timing is on).
 With a codec (``compression``), attach compresses each streamed layer's flat region once and
 pins only the compressed bytes; layers the plan keeps compressed stay on the device in that form.
 Both decompress into their slot before each pass (streamer.py orders the three streams).
+With a :class:`CompressionCache`, a layer's compressed form is read from disk when a valid one
+is there and written after compressing it when not, so a second start skips compression.
 """
 from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +28,7 @@ from torch.utils.hooks import RemovableHandle
 from .accounting import VramPlan, device_bytes, layer_footprint
 from .binding import LayerTensor, ResidentLayer, StreamedLayer, collect_tensors
 from .codec import Codec, Compressed, Compression, select_codec
+from .codec_cache import CompressionCache, CompressionStats
 from .config import LayerSequence, Mode, ResidencyPlan
 from .errors import LayerError, PlanError, StateError
 from .host import HostArena
@@ -85,9 +89,12 @@ class OffloadRuntime:
                  mode: Mode | str = Mode.PIPELINED, device: torch.device | str | None = None,
                  budget_bytes: int | None = None, fixed_bytes: int = 0,
                  working_set_bytes: int = 0, instrument: bool = False,
-                 compression: Compression | str = Compression.OFF) -> None:
+                 compression: Compression | str = Compression.OFF,
+                 compression_cache: CompressionCache | None = None) -> None:
         self.mode = Mode(mode)
         self.compression = Compression(compression)
+        self.compression_cache = compression_cache
+        self.compression_stats = CompressionStats()
         self.device = torch.device(device) if device is not None else _default_device()
         self.sequences = tuple(sequences)
         plan = plan if plan is not None else ResidencyPlan()
@@ -274,26 +281,45 @@ class OffloadRuntime:
         """Compress each streamed layer's flat region once; keep those that shrink.
 
         A layer read from a host store is compressed from the store's region; any other is
-        packed into a scratch buffer first. Returns the compressed layers and, for the rest
-        packed here, their raw bytes (they stream raw); all on the host until attach places them.
+        packed into a scratch buffer first. A layer the compression cache holds is read from
+        it instead (nothing packed, nothing compressed); one compressed here is written to it.
+        Returns the compressed layers and, for the rest packed here, their raw bytes (they
+        stream raw); all on the host until attach places them.
         """
-        codec = self._codec
+        codec, cache = self._codec, self.compression_cache
+        stats = self.compression_stats = CompressionStats()
         packed: dict[int, Compressed] = {}
         raw: dict[int, torch.Tensor] = {}
         if codec is None:
             return packed, raw
         for info in infos:
             st = pending[id(info)]
+            name = f'{info.sequence}.{info.index}'
+            stats.layers += 1
+            found = None if cache is None else cache.load(codec, name, st.layout, stats)
+            if found is not None:
+                packed[id(info)] = found
+                continue
             if store is not None:
                 flat = store.region(info.sequence, info.index, st.layout).tensor
             else:
                 flat = torch.empty(st.nbytes, dtype=torch.uint8)
                 st.pack_into(flat, source)
+            start = time.perf_counter()
             found = codec.compress(flat.narrow(0, 0, st.nbytes))
+            stats.compress_s += time.perf_counter() - start
+            stats.compressed += 1
             if found.index.nbytes < st.nbytes:
                 packed[id(info)] = found
+                if cache is not None:
+                    cache.save(codec, name, st.layout, found, stats)
             elif store is None:
                 raw[id(info)] = flat
+        if cache is not None:
+            logger.info('compressed %d of %d layers in %.2f s; %d read from %s in %.2f s '
+                        '(%d refused), %d written', stats.compressed, stats.layers,
+                        stats.compress_s, stats.cache_hits, cache.directory(codec),
+                        stats.cache_read_s, stats.cache_refused, stats.cache_written)
         return packed, raw
 
     def _check_compressed_budget(self) -> None:
@@ -465,6 +491,21 @@ class OffloadRuntime:
     def pinned_bytes(self) -> int:
         """Host bytes page-locked for streamed layers (0 without CUDA)."""
         return sum(st.region.pinned_bytes for st in self._streamed if st.region is not None)
+
+    def pass_bytes(self) -> dict[str, tuple[int, int]]:
+        """Per sequence, the bytes one pass delivers into slots and copies over the host link.
+
+        Delivered: the streamed layers' flat regions, uncompressed; copied: what crosses the
+        link (compressed where compressed, nothing for layers kept compressed in VRAM).
+        """
+        if not self._attached:
+            raise StateError('pass_bytes() needs an attached runtime')
+        out = {s.name: (0, 0) for s in self.sequences}
+        infos = [i for i in self._infos if not i.resident]
+        for info, st in zip(infos, self._streamed, strict=True):
+            raw, moved = out[info.sequence]
+            out[info.sequence] = (raw + st.nbytes, moved + st.transfer.copy_bytes)
+        return out
 
     @property
     def host_bytes(self) -> int:

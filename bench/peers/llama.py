@@ -34,7 +34,6 @@ from .rows import GIB, RowSpec
 from .runner import Repeats, RowBench, RowSkippedError, cap_vram
 
 LOG = logging.getLogger(__name__)
-_SLACK = 512 * 2**20       # allocator slack and cuBLAS workspaces on top of the working set
 
 
 @dataclass(frozen=True)
@@ -52,6 +51,7 @@ class LlamaSettings:
     repeats: Repeats = Repeats()
     accel_headroom_gib: float = 1.5
     seed: int = 0
+    slack_bytes: int = 512 * 2**20   # allocator slack and cuBLAS workspaces on the working set
 
     def __post_init__(self) -> None:
         for name in ('layers', 'hidden', 'intermediate', 'heads', 'vocab', 'prompt_tokens',
@@ -69,6 +69,15 @@ class LlamaSettings:
                            num_key_value_heads=self.heads, vocab_size=self.vocab,
                            max_position_embeddings=4096, rms_norm_eps=1e-5,
                            tie_word_embeddings=False)
+
+
+def working_set_bytes(s: LlamaSettings, cuda: bool) -> int:
+    """KV cache, the prefill's widest activations, last-token logits, allocator slack."""
+    nbytes = 2 if cuda else 4
+    tokens = s.prompt_tokens + s.new_tokens
+    kv = 2 * s.layers * s.hidden * tokens * nbytes
+    prefill = s.prompt_tokens * (3 * s.intermediate + 6 * s.hidden) * nbytes
+    return kv + prefill + 4 * s.vocab * 4 + s.slack_bytes
 
 
 def build_llama(settings: LlamaSettings, device: torch.device) -> LlamaForCausalLM:
@@ -96,6 +105,50 @@ def build_llama(settings: LlamaSettings, device: torch.device) -> LlamaForCausal
         torch.cuda.empty_cache()
     return model.eval()
 
+
+
+def generate(model: LlamaForCausalLM, prompt: torch.Tensor, new_tokens: int,
+             device: torch.device) -> RunOutput:
+    """Greedy generation: prefill (first token), then one decode pass per further token.
+
+    Returns the tokens and the last logits, and the prefill and decode seconds (CUDA events on
+    a GPU).
+    """
+    cuda = device.type == 'cuda'
+    marks: list[Any] = []
+
+    def mark() -> Any:
+        if cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        return time.perf_counter()
+
+    with torch.no_grad():
+        cache = DynamicCache(config=model.config)
+        marks.append(mark())
+        out = model(input_ids=prompt.to(device), past_key_values=cache, use_cache=True,
+                    logits_to_keep=1)
+        token = out.logits[:, -1].argmax(-1, keepdim=True)
+        tokens = [token]
+        marks.append(mark())
+        for _ in range(new_tokens - 1):
+            out = model(input_ids=token, past_key_values=cache, use_cache=True,
+                        logits_to_keep=1)
+            token = out.logits[:, -1].argmax(-1, keepdim=True)
+            tokens.append(token)
+        marks.append(mark())
+        logits = out.logits[:, -1].float().cpu().numpy()
+    if cuda:
+        marks[-1].synchronize()
+        prefill = marks[0].elapsed_time(marks[1]) / 1000.0
+        decode = marks[1].elapsed_time(marks[2]) / 1000.0
+    else:
+        prefill, decode = marks[1] - marks[0], marks[2] - marks[1]
+    ids = torch.cat(tokens, dim=1).cpu().numpy()
+    return RunOutput({'tokens': ids, 'logits': logits},
+                     {'prefill': prefill, 'decode': decode,
+                      'decode_per_token': decode / max(1, new_tokens - 1)})
 
 
 class LlamaBench(RowBench):
@@ -126,11 +179,7 @@ class LlamaBench(RowBench):
 
     def working_set_bytes(self) -> int:
         """KV cache, the prefill's widest activations, last-token logits, allocator slack."""
-        s, nbytes = self.s, 2 if self.cuda else 4
-        tokens = s.prompt_tokens + s.new_tokens
-        kv = 2 * s.layers * s.hidden * tokens * nbytes
-        prefill = s.prompt_tokens * (3 * s.intermediate + 6 * s.hidden) * nbytes
-        return kv + prefill + 4 * s.vocab * 4 + _SLACK
+        return working_set_bytes(self.s, self.cuda)
 
     # ---------------------------------------------------------------- attach / detach
     def teardown(self) -> None:
@@ -221,41 +270,7 @@ class LlamaBench(RowBench):
     # ---------------------------------------------------------------- inference
     def infer(self, spec: RowSpec) -> RunOutput:
         """Greedy generation: prefill (first token), then one decode pass per token."""
-        model, device, n_new = self.model, self.device, self.s.new_tokens
-        marks: list[Any] = []
-
-        def mark() -> Any:
-            if self.cuda:
-                event = torch.cuda.Event(enable_timing=True)
-                event.record()
-                return event
-            return time.perf_counter()
-
-        with torch.no_grad():
-            cache = DynamicCache(config=model.config)
-            marks.append(mark())
-            out = model(input_ids=self.prompt.to(device), past_key_values=cache,
-                        use_cache=True, logits_to_keep=1)
-            token = out.logits[:, -1].argmax(-1, keepdim=True)
-            tokens = [token]
-            marks.append(mark())
-            for _ in range(n_new - 1):
-                out = model(input_ids=token, past_key_values=cache, use_cache=True,
-                            logits_to_keep=1)
-                token = out.logits[:, -1].argmax(-1, keepdim=True)
-                tokens.append(token)
-            marks.append(mark())
-            logits = out.logits[:, -1].float().cpu().numpy()
-        if self.cuda:
-            marks[-1].synchronize()
-            prefill = marks[0].elapsed_time(marks[1]) / 1000.0
-            decode = marks[1].elapsed_time(marks[2]) / 1000.0
-        else:
-            prefill, decode = marks[1] - marks[0], marks[2] - marks[1]
-        ids = torch.cat(tokens, dim=1).cpu().numpy()
-        return RunOutput({'tokens': ids, 'logits': logits},
-                         {'prefill': prefill, 'decode': decode,
-                          'decode_per_token': decode / max(1, n_new - 1)})
+        return generate(self.model, self.prompt, self.s.new_tokens, self.device)
 
     def close(self) -> None:
         """Detach everything and drop the model."""

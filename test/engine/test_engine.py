@@ -163,6 +163,13 @@ def test_streamed_bytes_count_every_pass(inputs) -> None:
         engine.close()
     expected = sum(sizes['vit']) + 5 * sum(sizes['lm']) + 3 * sum(sizes['expert'])
     assert got.streaming['bytes_streamed'] == expected
+    phases = {'vision': sum(sizes['vit']), 'prefill': sum(sizes['lm']),
+              'decode': 4 * sum(sizes['lm']), 'diffusion': 3 * sum(sizes['expert'])}
+    assert {p: got.streaming[f'bytes_streamed.{p}'] for p in phases} == phases
+    # Raw streaming copies each layer's aligned flat region: at least its bytes, every pass.
+    assert got.streaming['bytes_copied'] >= expected
+    assert sum(got.streaming[f'bytes_copied.{p}'] for p in phases) == \
+        got.streaming['bytes_copied']
 
 
 def test_budget_that_cannot_fit_is_refused_with_numbers() -> None:

@@ -5,7 +5,13 @@ import pytest
 import torch
 from runtime_cases import LENGTHS, SCENARIOS, build_model, run, same
 
-from alpamayo_offload.runtime import Mode, NvcompAnsCodec, OffloadRuntime, ResidencyPlan
+from alpamayo_offload.runtime import (
+    CompressionCache,
+    Mode,
+    NvcompAnsCodec,
+    OffloadRuntime,
+    ResidencyPlan,
+)
 from alpamayo_offload.runtime import codec as codec_module
 
 pytestmark = pytest.mark.cuda
@@ -74,3 +80,26 @@ def test_compressed_matches_preload_on_cuda(nvcomp: object, mode: Mode, plan: st
     stats = rt.stats()
     assert stats.pinned_bytes == rt.pinned_bytes
     rt.detach()
+
+
+def test_a_second_attach_reads_the_nvcomp_cache(nvcomp: object, tmp_path,
+                                                reference: dict[str, list[torch.Tensor]]
+                                                ) -> None:
+    """The cache holds nvCOMP's bytes: the second attach reads them, same outputs.
+
+    Only layers that shrank are cached (the rest stream raw), so only those are read back.
+    """
+    cache = CompressionCache(tmp_path, {'model': 'toy'})
+    stats = []
+    for _ in range(2):
+        model = build_model()
+        rt = OffloadRuntime(model.sequences(), PLANS['mixed'], device='cuda', compression='on',
+                            compression_cache=cache)
+        rt.attach()
+        for name, steps in SCENARIOS.items():
+            assert same(run(model, rt, steps, device='cuda'), reference[name]), name
+        stats.append(rt.compression_stats)
+        rt.detach()
+    assert stats[0].compressed == stats[0].layers and stats[0].cache_written > 0
+    assert stats[1].cache_hits == stats[0].cache_written
+    assert stats[1].compressed == stats[0].layers - stats[0].cache_written
