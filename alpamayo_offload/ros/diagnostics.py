@@ -5,7 +5,8 @@ Statuses (named `<node>: <task>`): `model` (lifecycle state, load result, plan i
 input evaluation's reason), `path rate` (published paths per second against 1 /
 inference.period_s), `input age` (per stream: time since the newest header stamp), `input rates`
 (per stream receive rate, so DDS losses show), `timing` (per stage: last, p50, p90 over a
-window). The figures themselves are kept ROS-free in `app/health.py`.
+window), `plan` (each stage's median against the plan file's prediction, warning when one runs
+over it). The figures themselves are kept ROS-free in `app/health.py`.
 """
 from __future__ import annotations
 
@@ -108,6 +109,7 @@ class Snapshot:
     timed_inferences: int             # inferences the timing covers
     gpu_memory: Mapping[str, int]
     plan_info: Mapping[str, Any]
+    plan_check: tuple[int, str, Mapping[str, Any]] | None = None   # `PlanMonitor.judge()`
 
 
 def input_level(reason: str) -> int:
@@ -202,6 +204,7 @@ def build(node_name: str, stamp_ns: int, st: NodeStatus, snap: Snapshot) -> Diag
         ('input rates', rates),
         ('timing', (OK, f'last, p50, p90 over the last {snap.timed_inferences} inferences',
                     snap.timing)),
+        *([('plan', snap.plan_check)] if snap.plan_check is not None else []),
     ]
     return DiagnosticArray(header=Header(stamp=ns_to_time(stamp_ns)), status=[
         DiagnosticStatus(level=level.to_bytes(1, 'little'), name=f'{node_name}: {task}',

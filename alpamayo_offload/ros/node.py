@@ -55,7 +55,7 @@ from std_msgs.msg import Float64, String
 from ..app.config import NodeConfig, config_from_values, jpeg_decoder
 from ..app.engine_loader import LoadedEngine, load_engine, warm_up
 from ..app.errors import ParameterError
-from ..app.health import EventRate, StageTimings, StreamMonitor
+from ..app.health import EventRate, PlanMonitor, StageTimings, StreamMonitor
 from ..app.schema import NODE_NAME
 from ..assembly import (
     DecodeAheadBuffer,
@@ -135,6 +135,8 @@ class AlpamayoOffloadNode(LifecycleNode):
                                       + ['odometry'])
         self._path_rate = EventRate()
         self._timings = StageTimings(diag.TIMED_KEYS, self._cfg.timing_window)
+        self._plan_monitor = PlanMonitor.from_plan_info(
+            self._cfg.plan_info, self._cfg.plan_window, self._cfg.plan_tolerance)
         self._diag_pub = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
         # Steady time: with use_sim_time, ROS time stands still until the simulator publishes
         # /clock, and a node waiting for it must still be visible.
@@ -400,6 +402,7 @@ class AlpamayoOffloadNode(LifecycleNode):
             'stall_ms': stream.get('stall_ms', 0.0),
             'bytes_streamed': stream.get('bytes_streamed', 0)}
         self._timings.add({k: v for k, v in stages.items() if isinstance(v, float)})
+        self._plan_monitor.add({k: v for k, v in stages.items() if isinstance(v, float)})
         with self._lock:
             st = self._status
             st.stages.update(stages)
@@ -420,7 +423,8 @@ class AlpamayoOffloadNode(LifecycleNode):
             input_ages_s=self._streams.ages_s(now),
             input_rates=self._streams.rates(time.monotonic()),
             timing=self._timings.summary(), timed_inferences=self._timings.count,
-            gpu_memory=_gpu_memory(cfg.engine.device), plan_info=cfg.plan_info)
+            gpu_memory=_gpu_memory(cfg.engine.device), plan_info=cfg.plan_info,
+            plan_check=self._plan_monitor.judge())
         with self._lock:
             msg = diag.build(self.get_name(), now, self._status, snapshot)
         self._publish(self._diag_pub, msg)

@@ -35,7 +35,8 @@ from alpamayo_offload.ros.session import (
 pytestmark = pytest.mark.slow
 DRIVE = DriveConfig(duration_s=14.0)
 FRAME = 'test_rear_axle'
-TASKS = ('model', 'inference', 'input', 'path rate', 'input age', 'input rates', 'timing')
+TASKS = ('model', 'inference', 'input', 'path rate', 'input age', 'input rates', 'timing',
+         'plan')
 
 
 class Harness:
