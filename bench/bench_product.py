@@ -83,8 +83,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help='seconds for the node to load and become active')
     p.add_argument('--trace', action='store_true',
                    help='torch profiler trace of one inference per path (first budget)')
-    p.add_argument('--budget-s', type=float, default=570.0,
-                   help='skip what would start after this many seconds (the 10 min limit)')
+    p.add_argument('--budget-s', type=float, default=560.0,
+                   help='skip a path that would end past this many seconds from the start, '
+                        'by its predicted latency (the GPU machine stops a command at 600 s)')
     p.add_argument('--work', type=Path, help='scratch directory (default: a temporary one)')
     args = p.parse_args(argv)
     defaults = {**{'model': 'full', 'device': 'cuda', 'budgets': '16,12,8', 'runs': 10,
@@ -121,6 +122,7 @@ def cap_vram(device: str, gib: float | None) -> None:
         return
     import torch
 
+    torch.cuda.empty_cache()
     total = torch.cuda.get_device_properties(torch.device(device)).total_memory
     fraction = 1.0 if gib is None else min(1.0, gib * GIB / total)
     torch.cuda.set_per_process_memory_fraction(fraction, torch.device(device))
@@ -223,7 +225,7 @@ def replay_path(engine: Any, bag: Path, files: list[Path], remaps: Mapping[str, 
     if work.exists():
         shutil.rmtree(work)
     res = replay_session(prepare([bag], cfg), cfg, infer, work, model_info=engine.info.as_dict(),
-                         progress=False, planner_errors=(EngineError,))
+                         progress=False, planner_errors=(EngineError,), bev_count=0)
     records = [json.loads(line) for line in (work / 'samples.jsonl').read_text().splitlines()]
     done = [r for r in records if r.get('status') == 'ok' and not r.get('warmup')]
     rows = [{**{k: 1e3 * v for k, v in r['latency_s'].items()},
@@ -337,6 +339,12 @@ def node_child(argv: list[str]) -> None:
 
 
 # ---------------------------------------------------------------- plan and run
+def expected_s(path: str, predicted_s: float, args: argparse.Namespace) -> float:
+    """Rough seconds a path takes at `predicted_s` per inference (the node loads a model)."""
+    inferences = (args.warmup + args.runs + 2) * max(predicted_s, 0.1) * 1.3
+    return inferences + (60.0 if path == 'node' else 5.0)
+
+
 def load_engine_and_profile(args: argparse.Namespace,
                             out: Path) -> tuple[Any, Any, Path, str]:
     """Load the engine (pinned store: re-plans attach without re-copying) and get a profile."""
@@ -413,8 +421,9 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         doc['budgets'].append(row)
         files = [default_params_file(), params, plan_file]
         for name in paths:
-            if time.perf_counter() - start > args.budget_s:
-                row['paths'][name] = {'skipped': 'time budget (--budget-s)'}
+            need_s = expected_s(name, result.prediction.total_s, args)
+            if time.perf_counter() - start + need_s > args.budget_s:
+                row['paths'][name] = {'skipped': f'time budget (--budget-s): needs ~{need_s:.0f} s'}
                 continue
             trace = out / f'trace_{name}_{gib:g}GiB.json.gz' if args.trace and i == 0 else None
             t = time.perf_counter()

@@ -2,7 +2,7 @@
 #     . bench/ros_wheels.sh && "$ROS_PY" -m bench.bench_product ...
 # Makes /tmp/rosenv, a virtual environment that sees python3's own packages (torch) through a
 # .pth file, installs the ROS 2 Jazzy wheels of .whl_ros/ into it (rclpy, Fast DDS, the message
-# packages the node uses; `bench/README` says how they were fetched) and sets ROS_PY to its
+# packages the node uses; `bench/fetch_ros_wheels.sh` fetches them) and sets ROS_PY to its
 # interpreter. The wheels install data files beside the interpreter's prefix (shared libraries
 # under lib/, the ament index under share/), which `pip install --target` would drop, hence
 # the environment. Wheels in .whl/ (rosbags and its codecs) go into the same environment.
