@@ -10,7 +10,8 @@ ROS_ENV=${ROS_ENV:-/tmp/rosenv}
 _base_site=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 python3 -m venv --without-pip "$ROS_ENV" || return 1
 _env_site=$("$ROS_ENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-echo "$_base_site" > "$_env_site/_base_packages.pth"
+# addsitedir, not a bare path line: the base's own .pth files are processed too.
+echo "import site; site.addsitedir('$_base_site')" > "$_env_site/_base_packages.pth"
 for _dir in .whl_ros .whl; do
     if [ -d "$_dir" ]; then
         python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
