@@ -43,10 +43,10 @@ RATES_HZ = (10, 20, 30)
 FRAMES = 8        # distinct JPEGs per pass (no decoder cache effects)
 
 
-def camera_jpeg(seed: int) -> bytes:
-    """A 1920x1080 q90 JPEG with camera-like texture (gradients plus sensor noise)."""
+def camera_jpeg(seed: int, height: int = 1080, width: int = 1920) -> bytes:
+    """A q90 JPEG (1920x1080 by default) with camera-like texture (gradients plus sensor noise)."""
     rng = np.random.default_rng(seed)
-    yy, xx = np.mgrid[0:1080, 0:1920]
+    yy, xx = np.mgrid[0:height, 0:width]
     base = np.dstack([(xx // 7 + seed) % 256, (yy // 5) % 256, ((xx + yy) // 11) % 256])
     rgb = np.clip(base + rng.normal(0.0, 4.0, base.shape), 0, 255).astype(np.uint8)
     buf = io.BytesIO()

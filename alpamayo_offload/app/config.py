@@ -65,6 +65,8 @@ class NodeConfig:
     diagnostics_period_s: float
     rate_tolerance: float           # path rate may fall this fraction below 1 / period_s
     timing_window: int              # inferences in the per-stage p50/p90
+    plan_window: int                # inferences whose stage medians meet the plan's prediction
+    plan_tolerance: float           # fraction a stage may run over its prediction
     autostart: bool                 # configure + activate at start-up
     plan_info: Mapping[str, Any]    # the planner file's informational plan.* keys
 
@@ -127,7 +129,8 @@ def _build(v: dict[str, Any]) -> NodeConfig:
         camera_depth=v['buffers.camera_depth'], odometry_depth=v['buffers.odometry_depth'],
         diagnostics_period_s=v['diagnostics.period_s'],
         rate_tolerance=v['diagnostics.rate_tolerance'],
-        timing_window=v['diagnostics.timing_window'], autostart=v['autostart'],
+        timing_window=v['diagnostics.timing_window'], plan_window=v['diagnostics.plan_window'],
+        plan_tolerance=v['diagnostics.plan_tolerance'], autostart=v['autostart'],
         plan_info={k: val for k, val in v.items() if k.startswith(schema.PLAN_PREFIX)})
 
 

@@ -1,4 +1,4 @@
-"""Health figures the node reports, kept without ROS: rolling stage timings, event rates, ages.
+"""Health figures the node reports without ROS: stage timings, rates, ages, stages against plan.
 
 The conventions follow ROS's `diagnostic_updater` (not installable from PyPI): a frequency is
 measured over the last few diagnostics periods (`FrequencyStatus`: events counted at each
@@ -14,6 +14,9 @@ import threading
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
+
+from ..planning import PREDICTED_STAGES
 
 OK, WARN, ERROR = 0, 1, 2   # DiagnosticStatus levels
 
@@ -198,3 +201,79 @@ def judge_stream_rates(rates: Mapping[str, Rate]) -> tuple[int, str]:
         return WARN, f'nothing received in the last {max(r.window_s for r in rates.values()):.1f}' \
             f' s on: {", ".join(silent)}'
     return OK, 'receiving'
+
+
+# The node's stage keys (per inference) that make each predicted stage.
+_MEASURED_KEYS = {'vision': ('t_vision_ms',), 'prefill': ('t_prefill_ms',),
+                  'decode': ('t_decode_ms',), 'diffusion': ('t_diffusion_ms',),
+                  'host': ('t_preprocess_ms', 't_postprocess_ms'),
+                  'total': ('t_engine_total_ms',)}
+_PREDICTED_PREFIX = 'plan.predicted_ms.'
+
+
+class PlanMonitor:
+    """Each stage's median over the last `window` inferences against the plan's prediction.
+
+    A stage whose median runs more than `tolerance` (a fraction) over its prediction for a
+    whole window is reported, with the CPU the prediction assumed: on a vehicle that is most
+    often the engine's host thread starved of CPU by other work. Thread-safe.
+    """
+
+    def __init__(self, predicted_ms: Mapping[str, float], window: int, tolerance: float,
+                 cpu_budget: str = '') -> None:
+        if tolerance <= 0:
+            raise ValueError(f'tolerance {tolerance} must be > 0')
+        self._predicted = {s: float(predicted_ms[s]) for s in PREDICTED_STAGES
+                           if s in predicted_ms and float(predicted_ms[s]) > 0}
+        self._window = window
+        self._tolerance = tolerance
+        self._cpu_budget = cpu_budget
+        self._windows = {s: RollingWindow(window) for s in self._predicted}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_plan_info(cls, plan_info: Mapping[str, Any], window: int,
+                       tolerance: float) -> PlanMonitor:
+        """Read `plan.predicted_ms.<stage>` and `plan.cpu_budget` of a plan file's keys."""
+        predicted = {}
+        for stage in PREDICTED_STAGES:
+            value = plan_info.get(_PREDICTED_PREFIX + stage)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                predicted[stage] = float(value)
+        return cls(predicted, window, tolerance, str(plan_info.get('plan.cpu_budget', '')))
+
+    def add(self, stages: Mapping[str, float]) -> None:
+        """Record one inference's node stage values (`t_vision_ms`, ...; missing: skipped)."""
+        with self._lock:
+            for stage, window in self._windows.items():
+                keys = _MEASURED_KEYS[stage]
+                if all(k in stages for k in keys):
+                    window.add(sum(float(stages[k]) for k in keys))
+
+    def judge(self) -> tuple[int, str, dict[str, Any]]:
+        """Level, message and per-stage values (predicted, median, fraction over)."""
+        if not self._predicted:
+            return OK, ('no per-stage prediction to compare with (no plan file with '
+                        'plan.predicted_ms; write one with `alpamayo-offload plan`)'), {}
+        with self._lock:
+            medians = {s: (w.summary()[1], len(w)) for s, w in self._windows.items()}
+        values: dict[str, Any] = {'window': self._window, 'tolerance': self._tolerance,
+                                  'cpu_budget': self._cpu_budget}
+        over = []
+        for stage, predicted in self._predicted.items():
+            median, count = medians[stage]
+            excess = median / predicted - 1.0 if count else math.nan
+            values |= {f'{stage}.predicted_ms': predicted, f'{stage}.p50_ms': median,
+                       f'{stage}.over': excess}
+            if count >= self._window and excess > self._tolerance:
+                over.append(f'{stage} {median:.1f} ms against {predicted:.1f} ({excess:+.0%})')
+        counted = min(n for _, n in medians.values())
+        if over:
+            return WARN, (f'over the plan by more than {self._tolerance:.0%} (median of the last '
+                          f'{self._window} inferences): {"; ".join(over)}; too little CPU for '
+                          f'the engine? The plan assumes {self._cpu_budget or "the profiled CPU"}'
+                          ), values
+        if counted < self._window:
+            return OK, f'measuring: {counted} of {self._window} inferences', values
+        return OK, (f'every stage within {self._tolerance:.0%} of the plan (median of the last '
+                    f'{self._window} inferences)'), values

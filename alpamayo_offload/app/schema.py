@@ -273,6 +273,13 @@ _SPECS = (
        maximum=1.0),
     _p('diagnostics.timing_window', _I, 50, 'inferences the per-stage p50/p90 cover',
        unit='inferences', minimum=1, restart=True),
+    _p('diagnostics.plan_window', _I, 10, "inferences whose per-stage median the plan status "
+       "holds against the plan file's prediction (plan.predicted_ms.*)", unit='inferences',
+       minimum=1, restart=True),
+    _p('diagnostics.plan_tolerance', _F, 0.1, 'the plan status warns when a stage\'s median over '
+       'diagnostics.plan_window inferences runs more than this fraction over its prediction '
+       '(a starved CPU on the vehicle shows here)', minimum=0.0, min_exclusive=True,
+       restart=True),
     _p('autostart', _B, True, 'configure and activate at start-up (a failed configure ends the '
        'process with a non-zero status); false: wait for lifecycle transitions (`ros2 '
        'lifecycle set`, launch files)', restart=True),

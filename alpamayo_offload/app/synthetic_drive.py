@@ -11,6 +11,7 @@ import argparse
 import io
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
@@ -202,8 +203,17 @@ def _inject(fault: str, data: bytes, step: int, encoding: str) -> tuple[bytes, i
     return data, step, encoding
 
 
-def write_drive(path: Path, cfg: DriveConfig) -> Path:
-    """Write the drive to a new bag directory `path` and return it."""
+def write_drive(path: Path, cfg: DriveConfig,
+                encoded_frame: Callable[[int, int], bytes] | None = None) -> Path:
+    """Write the drive to a new bag directory `path` and return it.
+
+    `encoded_frame(slot, k)`, when given, supplies the k-th frame of camera `slot` already
+    encoded in `cfg.image_format` (camera-like JPEGs for a benchmark, say) instead of the drawn
+    gradient; the faults still apply to it.
+    """
+    if encoded_frame is not None and cfg.image_format == 'raw':
+        raise ValueError("encoded_frame supplies compressed frames: give image_format 'jpeg' or "
+                         "'png'")
     ts = get_typestore(Stores.ROS2_HUMBLE)
     time_t, header_t = ts.types['builtin_interfaces/msg/Time'], ts.types['std_msgs/msg/Header']
     t = ts.types
@@ -256,7 +266,8 @@ def write_drive(path: Path, cfg: DriveConfig) -> Path:
             frame_cfg = cfg
             if hit and cfg.fault == 'size':
                 frame_cfg = replace(cfg, width=cfg.width + 16, fault='')
-            data, step = _encode(frame_cfg, camera_frame(frame_cfg, slot, t_s))
+            data, step = (encoded_frame(slot, k), 0) if encoded_frame is not None else \
+                _encode(frame_cfg, camera_frame(frame_cfg, slot, t_s))
             encoding = cfg.encoding if cfg.image_format == 'raw' else \
                 cfg.compressed_format or cfg.image_format
             height, width = cfg.height, frame_cfg.width

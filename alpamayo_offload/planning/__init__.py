@@ -23,6 +23,8 @@ from alpamayo_offload.planning.params import (
     COMPRESSION_KEYS,
     NO_LAYERS,
     PARAM_KEYS,
+    PREDICTED_STAGES,
+    PREDICTION_KEYS,
     PlanParams,
     read_plan_params,
     resident_from_param,
@@ -35,7 +37,8 @@ from alpamayo_offload.planning.profile import Profile, check_profile, load_profi
 from alpamayo_offload.planning.units import format_bytes, parse_budget, parse_bytes
 
 __all__ = [
-    'COMPRESSION_KEYS', 'NO_LAYERS', 'PARAM_KEYS', 'BudgetError', 'PlanFileError', 'PlanParams',
+    'COMPRESSION_KEYS', 'NO_LAYERS', 'PARAM_KEYS', 'PREDICTED_STAGES', 'PREDICTION_KEYS',
+    'BudgetError', 'PlanFileError', 'PlanParams',
     'PlanResult',
     'PlannerOptions', 'PlanningError', 'Pipeline', 'Placement', 'Prediction', 'Profile',
     'ProfileFormatError', 'StaleProfileError', 'Workload', 'check_profile', 'format_bytes',

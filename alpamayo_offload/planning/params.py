@@ -6,6 +6,9 @@ convention lives; the node imports them to read `resident_layers.<module>` and
 `compressed_layers.<module>` (layers kept compressed in VRAM). `compression` says how streamed
 layers travel: 'off' (raw) or 'on' (compressed; needed by any kept-compressed layer). A raw plan
 writes neither (`COMPRESSION_KEYS`), so its file is what a node without compression reads.
+`plan.predicted_ms.<stage>` (`PREDICTION_KEYS`, written when the plan carries them) are the
+predicted milliseconds per stage that the node's diagnostics hold its measurements against;
+`plan.cpu_budget` says in words which CPU that prediction assumes.
 """
 from __future__ import annotations
 
@@ -24,10 +27,15 @@ MODULES = ('vit', 'lm', 'expert')
 COMPRESSION = ('off', 'on')
 # Flattened ROS parameter names of a compressed plan only.
 COMPRESSION_KEYS = (*(f'compressed_layers.{m}' for m in MODULES), 'compression')
+# Stages of `plan.predicted_ms`: the model's phases, the engine's host pre/postprocessing
+# together ('host') and the engine's total.
+PREDICTED_STAGES = ('vision', 'prefill', 'decode', 'diffusion', 'host', 'total')
+PREDICTION_KEYS = tuple(f'plan.predicted_ms.{s}' for s in PREDICTED_STAGES)
 # Flattened ROS parameter names this file defines (what the node declares), in file order.
 PARAM_KEYS = (*(f'resident_layers.{m}' for m in MODULES), *COMPRESSION_KEYS, 'embed_on_host',
               'fused_norms', 'vram_budget', 'plan.predicted_latency_s', 'plan.profile',
-              'plan.cpu_sensitive_phases', 'plan.cpu_headroom')
+              'plan.cpu_sensitive_phases', 'plan.cpu_headroom', 'plan.cpu_budget',
+              *PREDICTION_KEYS)
 
 
 def resident_to_param(indices: Iterable[int]) -> list[int]:
@@ -83,6 +91,9 @@ class PlanParams:
     # The CPU slowdown the plan was chosen to absorb (`PlannerOptions.cpu_headroom`), so a node
     # that must re-plan at start-up chooses alike.
     cpu_headroom: float = 1.0
+    # Predicted ms per stage (`PREDICTED_STAGES`; empty: not written) and the CPU it assumes.
+    predicted_ms: Mapping[str, float] = field(default_factory=dict)
+    cpu_budget: str = ''
 
     def __post_init__(self) -> None:
         for name in ('resident', 'compressed'):
@@ -102,6 +113,9 @@ class PlanParams:
                                  'compressed; give each layer one placement')
         if self.vram_budget:
             parse_bytes(self.vram_budget)
+        if self.predicted_ms and set(self.predicted_ms) != set(PREDICTED_STAGES):
+            raise ValueError(f'PlanParams.predicted_ms has stages {sorted(self.predicted_ms)}; '
+                             f'give all of {PREDICTED_STAGES} or none')
 
     def to_yaml_dict(self) -> dict[str, Any]:
         """Return the nested mapping written under `/**: ros__parameters`."""
@@ -119,7 +133,11 @@ class PlanParams:
             'plan': {'predicted_latency_s': round(float(self.predicted_latency_s), 4),
                      'profile': self.profile,
                      'cpu_sensitive_phases': self.cpu_sensitive_phases,
-                     'cpu_headroom': float(self.cpu_headroom)},
+                     'cpu_headroom': float(self.cpu_headroom),
+                     'cpu_budget': self.cpu_budget,
+                     **({'predicted_ms': {s: round(float(self.predicted_ms[s]), 3)
+                                          for s in PREDICTED_STAGES}}
+                        if self.predicted_ms else {})},
         }}}
 
 
@@ -150,6 +168,8 @@ def read_plan_params(path: str | Path) -> PlanParams:
             cpu_sensitive_phases=_typed(plan.get('cpu_sensitive_phases', ''), str,
                                         'plan.cpu_sensitive_phases'),   # optional: older files
             cpu_headroom=_headroom(plan.get('cpu_headroom', 1.0)),  # optional: older files
+            cpu_budget=_typed(plan.get('cpu_budget', ''), str, 'plan.cpu_budget'),
+            predicted_ms=_predicted(plan.get('predicted_ms', {})),   # optional: older files
         )
     except (OSError, yaml.YAMLError) as err:
         raise PlanFileError(f'cannot read plan file {str(path)!r} ({err}); write one with '
@@ -159,6 +179,14 @@ def read_plan_params(path: str | Path) -> PlanParams:
                             f'/**: ros__parameters with {", ".join(PARAM_KEYS)}') from err
     except ValueError as err:
         raise PlanFileError(f'plan file {str(path)!r}: {err}') from err
+
+
+def _predicted(value: Any) -> dict[str, float]:
+    stages = _typed(value, dict, 'plan.predicted_ms')
+    if not stages:
+        return {}
+    return {s: float(_typed(stages.get(s), (int, float), f'plan.predicted_ms.{s}'))
+            for s in PREDICTED_STAGES}
 
 
 def _headroom(value: Any) -> float:

@@ -222,6 +222,8 @@ class MachineInfo:
     `kernel_settings`: the settings that chose the kernels (deterministic algorithms, cuBLAS
     workspace, fused norms, CUDA graphs), as `engine.identity.kernel_settings()` names them;
     '' for a profile built in code (the paper's), whose kernels are not checked.
+    `cpu_name`, `cpu_cores` and `torch_threads`: the host CPU the host terms were timed on and
+    torch's CPU threads then ('' / 0: not recorded), so a plan can name the CPU it assumes.
     """
 
     gpu_name: str
@@ -230,6 +232,9 @@ class MachineInfo:
     cuda_version: str = ''
     pinned_h2d_gbps: float = 0.0
     kernel_settings: str = ''
+    cpu_name: str = ''
+    cpu_cores: int = 0
+    torch_threads: int = 0
 
     @property
     def fused_norms(self) -> bool:

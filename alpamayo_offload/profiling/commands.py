@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from alpamayo_offload.planning.errors import PlanningError
+from alpamayo_offload.planning.expectation import cpu_budget, predicted_stage_ms
 from alpamayo_offload.planning.identity import model_identity
 from alpamayo_offload.planning.params import (
     MODULES,
@@ -27,6 +28,7 @@ from alpamayo_offload.planning.params import (
 from alpamayo_offload.planning.planner import (
     COMPRESSION_CHOICES,
     PlannerOptions,
+    PlanResult,
     interleaved_plan,
     minimum_budget,
     plan,
@@ -147,6 +149,23 @@ def _resolve_budget(spec: str, profile: Profile, free: int | None) -> int:
     return parse_budget(spec, free)
 
 
+def plan_file_params(profile: Profile, result: PlanResult, budget: int, ref: str,
+                     cpu_headroom: float = 1.0) -> PlanParams:
+    """Build the parameter file of a planner result: placement, prediction, CPU it assumes."""
+    placement, prediction = result.placement, result.prediction
+    return PlanParams(resident={m: placement.indices(m) for m in MODULES},
+                      embed_on_host=placement.embed_on_host,
+                      compressed={m: placement.compressed_indices(m) for m in MODULES},
+                      compression='on' if placement.compression else 'off',
+                      fused_norms=profile.machine.fused_norms,
+                      vram_budget=format_bytes(budget),
+                      predicted_latency_s=prediction.total_s, profile=ref,
+                      cpu_sensitive_phases=','.join(prediction.cpu_sensitive_phases()),
+                      cpu_headroom=cpu_headroom,
+                      predicted_ms=predicted_stage_ms(prediction),
+                      cpu_budget=cpu_budget(profile, prediction, cpu_headroom))
+
+
 def _cmd_plan(args: argparse.Namespace) -> int:
     try:
         profile, digest, free = _load_checked(args)
@@ -155,17 +174,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     except PlanningError as err:
         LOG.error('%s', err)
         return 2
-    placement = result.placement
-    params = PlanParams(resident={m: placement.indices(m) for m in MODULES},
-                        embed_on_host=placement.embed_on_host,
-                        compressed={m: placement.compressed_indices(m) for m in MODULES},
-                        compression='on' if placement.compression else 'off',
-                        fused_norms=profile.machine.fused_norms,
-                        vram_budget=format_bytes(budget),
-                        predicted_latency_s=result.prediction.total_s,
-                        profile=profile_ref(args.profile, digest),
-                        cpu_sensitive_phases=','.join(result.prediction.cpu_sensitive_phases()),
-                        cpu_headroom=args.cpu_headroom)
+    params = plan_file_params(profile, result, budget, profile_ref(args.profile, digest),
+                              args.cpu_headroom)
     header = (f'Written by `alpamayo-offload plan --budget {args.budget}` '
               f'({result.strategy}, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%dT%H:%MZ})'
               f'\nVRAM needed {format_bytes(result.vram.total)} with decode.max_tokens '

@@ -12,6 +12,8 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import logging
+import os
+import platform
 import statistics
 import time
 from collections import defaultdict
@@ -125,6 +127,18 @@ def run_profile(*, model: str, device: str, decode_tokens: int, diffusion_steps:
     return add_compression_terms(engine, model_input, profile)
 
 
+def host_cpu_name() -> str:
+    """Return the host CPU's model name (`/proc/cpuinfo`, else the platform's processor)."""
+    try:
+        with open('/proc/cpuinfo', encoding='utf-8') as f:
+            for line in f:
+                if line.startswith('model name'):
+                    return line.split(':', 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def profile_engine(engine: Any, *, model: str, loaded_bytes: int, warmup: int,
                    settings: dict[str, Any]) -> Profile:
     """Profile an engine already attached in sequential mode, nothing resident, instrumented.
@@ -162,7 +176,9 @@ def profile_engine(engine: Any, *, model: str, loaded_bytes: int, warmup: int,
                             torch_version=torch.__version__,
                             cuda_version=str(torch.version.cuda),
                             pinned_h2d_gbps=pinned_h2d_gbps(torch),
-                            kernel_settings=info.kernel_settings),
+                            kernel_settings=info.kernel_settings,
+                            cpu_name=host_cpu_name(), cpu_cores=os.cpu_count() or 0,
+                            torch_threads=torch.get_num_threads()),
         vram=engine_vram(engine, context_bytes=max(0, total - free - torch.cuda.memory_reserved())),
         host_ms=1000.0 * (float(timings.get('preprocess', 0.0))
                           + float(timings.get('postprocess', 0.0))),

@@ -6,8 +6,9 @@ input evaluation's reason), `path rate` (published paths per second against 1 /
 inference.period_s), `input age` (per stream: time since the newest header stamp), `input rates`
 (per stream receive rate, so DDS losses show), `timing` (per stage: last, p50, p90 over a
 window), `navigation` (the route text now and the one the last inference used), `questions`
-(question answering: counts, the last outcome and its reason). The figures themselves are kept
-ROS-free in `app/health.py`; the route rule in `app/route.py`.
+(question answering: counts, the last outcome and its reason), `plan` (each stage's median
+against the plan file's prediction, warning when one runs over it). The figures themselves are
+kept ROS-free in `app/health.py`; the route rule in `app/route.py`.
 """
 from __future__ import annotations
 
@@ -138,6 +139,7 @@ class Snapshot:
     route: RouteChoice = RouteChoice(None, ROUTE_NONE)   # the rule applied now
     navigation_max_age_s: float = 0.0
     questions_pending: int = 0
+    plan_check: tuple[int, str, Mapping[str, Any]] | None = None   # `PlanMonitor.judge()`
 
 
 def input_level(reason: str) -> int:
@@ -270,6 +272,7 @@ def build(node_name: str, stamp_ns: int, st: NodeStatus, snap: Snapshot) -> Diag
                     snap.timing)),
         ('navigation', _navigation(st, snap)),
         ('questions', _questions(st, snap)),
+        *([('plan', snap.plan_check)] if snap.plan_check is not None else []),
     ]
     return DiagnosticArray(header=Header(stamp=ns_to_time(stamp_ns)), status=[
         DiagnosticStatus(level=level.to_bytes(1, 'little'), name=f'{node_name}: {task}',

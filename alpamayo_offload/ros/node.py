@@ -59,7 +59,7 @@ from std_msgs.msg import Float64, String
 from ..app.config import NodeConfig, config_from_values, jpeg_decoder
 from ..app.engine_loader import LoadedEngine, load_engine, warm_up
 from ..app.errors import ParameterError
-from ..app.health import EventRate, StageTimings, StreamMonitor
+from ..app.health import EventRate, PlanMonitor, StageTimings, StreamMonitor
 from ..app.questions import QUESTION_DROPPED, QUESTION_FAILED, PendingQuestions
 from ..app.route import RouteChoice, RouteMessage, choose_route
 from ..app.schema import NODE_NAME
@@ -147,6 +147,8 @@ class AlpamayoOffloadNode(LifecycleNode):
                                       + ['odometry'])
         self._path_rate = EventRate()
         self._timings = StageTimings(diag.TIMED_KEYS, self._cfg.timing_window)
+        self._plan_monitor = PlanMonitor.from_plan_info(
+            self._cfg.plan_info, self._cfg.plan_window, self._cfg.plan_tolerance)
         self._diag_pub = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
         # Steady time: with use_sim_time, ROS time stands still until the simulator publishes
         # /clock, and a node waiting for it must still be visible.
@@ -453,6 +455,7 @@ class AlpamayoOffloadNode(LifecycleNode):
             'bytes_streamed': stream.get('bytes_streamed', 0),
             'samples': len(result.samples_xyz)}
         self._timings.add({k: v for k, v in stages.items() if isinstance(v, float)})
+        self._plan_monitor.add({k: v for k, v in stages.items() if isinstance(v, float)})
         with self._lock:
             st = self._status
             st.stages.update(stages)
@@ -508,7 +511,7 @@ class AlpamayoOffloadNode(LifecycleNode):
             timing=self._timings.summary(), timed_inferences=self._timings.count,
             gpu_memory=_gpu_memory(cfg.engine.device), plan_info=cfg.plan_info,
             route=self._route_now(now), navigation_max_age_s=cfg.navigation_max_age_s,
-            questions_pending=len(self._questions))
+            questions_pending=len(self._questions), plan_check=self._plan_monitor.judge())
         with self._lock:
             msg = diag.build(self.get_name(), now, self._status, snapshot)
         self._publish(self._diag_pub, msg)

@@ -3,11 +3,14 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from alpamayo_offload.app.health import (
     ERROR,
     OK,
     WARN,
     EventRate,
+    PlanMonitor,
     RollingWindow,
     StageTimings,
     StreamMonitor,
@@ -66,3 +69,46 @@ def test_stream_monitor_ages_rates_and_verdicts() -> None:
     rates = streams.rates(1.0)
     assert rates['camera_0'].hz == 2.0 and rates['odometry'].hz == 0.0
     assert judge_stream_rates(rates) == (WARN, 'nothing received in the last 1.0 s on: odometry')
+
+
+PLAN = {'plan.predicted_ms.vision': 58.0, 'plan.predicted_ms.prefill': 100.0,
+        'plan.predicted_ms.decode': 204.0, 'plan.predicted_ms.diffusion': 804.0,
+        'plan.predicted_ms.host': 10.0, 'plan.predicted_ms.total': 1176.0,
+        'plan.cpu_budget': 'one host thread on Xeon (16 cores)'}
+
+
+def _stages(decode_ms: float) -> dict[str, float]:
+    """One inference's node stage values: on plan except decode."""
+    return {'t_vision_ms': 58.0, 't_prefill_ms': 100.0, 't_decode_ms': decode_ms,
+            't_diffusion_ms': 804.0, 't_preprocess_ms': 4.0, 't_postprocess_ms': 6.0,
+            't_engine_total_ms': 972.0 + decode_ms + 10.0}
+
+
+def test_plan_monitor_warns_only_for_a_stage_over_the_tolerance_for_a_whole_window() -> None:
+    monitor = PlanMonitor.from_plan_info(PLAN, window=3, tolerance=0.1)
+    monitor.add(_stages(450.0))
+    level, message, values = monitor.judge()
+    assert (level, message) == (OK, 'measuring: 1 of 3 inferences')   # one slow run: no verdict
+    monitor.add(_stages(220.0))
+    monitor.add(_stages(450.0))
+    level, message, values = monitor.judge()
+    assert level == WARN and 'decode 450.0 ms against 204.0 (+121%)' in message
+    assert 'total' in message and 'prefill' not in message and 'Xeon (16 cores)' in message
+    assert values['decode.over'] == pytest.approx(450.0 / 204.0 - 1)
+    assert values['host.p50_ms'] == 10.0 and values['window'] == 3
+    for _ in range(2):   # two of three within 10 %: the median is back on plan
+        monitor.add(_stages(210.0))
+    level, message, _ = monitor.judge()
+    assert level == OK and message.startswith('every stage within 10% of the plan')
+
+
+def test_plan_monitor_without_predictions_says_so_and_ignores_bad_values() -> None:
+    level, message, values = PlanMonitor.from_plan_info({}, 3, 0.1).judge()
+    assert level == OK and 'plan.predicted_ms' in message and values == {}
+    partial = PlanMonitor.from_plan_info({'plan.predicted_ms.decode': 'fast',
+                                          'plan.predicted_ms.total': 100.0}, 1, 0.1)
+    partial.add({'t_engine_total_ms': 200.0, 't_decode_ms': 1.0})
+    level, message, values = partial.judge()
+    assert level == WARN and 'total 200.0 ms' in message and 'decode.over' not in values
+    with pytest.raises(ValueError, match='tolerance'):
+        PlanMonitor({}, 3, 0.0)

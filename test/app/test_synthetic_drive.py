@@ -114,3 +114,17 @@ def test_too_large_fault_is_rejected_from_the_header(tmp_path: Path, fmt: str,
     with pytest.raises(InputError) as err:
         decode_image(cams[1][0], None)
     assert err.value.reason == 'image_too_large'
+
+
+def test_supplied_frames_are_written_as_given(tmp_path: Path) -> None:
+    """A benchmark's own encoded frames (camera-like JPEGs) replace the drawn gradient."""
+    cfg = DriveConfig(duration_s=0.5, image_format='jpeg')
+    made = {(s, k): f'{s}:{k}'.encode() for s in cfg.camera_slots for k in range(6)}
+    bag = write_drive(tmp_path / 'bag', cfg, lambda slot, k: made[(slot, k)])
+    with AnyReader([bag], default_typestore=get_typestore(Stores.ROS2_HUMBLE)) as reader:
+        conns = [c for c in reader.connections if c.msgtype.endswith('CompressedImage')]
+        got = [bytes(reader.deserialize(raw, c.msgtype).data)
+               for c, _, raw in reader.messages(connections=conns)]
+    assert sorted(got) == sorted(made.values())
+    with pytest.raises(ValueError, match="image_format 'jpeg'"):
+        write_drive(tmp_path / 'raw', DriveConfig(), lambda slot, k: b'')

@@ -11,6 +11,8 @@ from alpamayo_offload.planning.errors import BudgetError, PlanFileError
 from alpamayo_offload.planning.params import (
     COMPRESSION_KEYS,
     PARAM_KEYS,
+    PREDICTED_STAGES,
+    PREDICTION_KEYS,
     PlanParams,
     read_plan_params,
     resident_from_param,
@@ -43,7 +45,8 @@ def test_yaml_has_exact_keys_and_round_trips(tmp_path: Path) -> None:
     raw = yaml.safe_load(path.read_text())
     assert list(raw) == ['/**'] and list(raw['/**']) == ['ros__parameters']
     flat = flatten_parameters(raw['/**']['ros__parameters'])
-    assert tuple(flat) == tuple(k for k in PARAM_KEYS if k not in COMPRESSION_KEYS)
+    assert tuple(flat) == tuple(k for k in PARAM_KEYS
+                                if k not in COMPRESSION_KEYS + PREDICTION_KEYS)
     assert flat['resident_layers.vit'] == [-1] and flat['resident_layers.lm'] == [0, 7, 14]
     assert isinstance(flat['embed_on_host'], bool) and flat['vram_budget'] == '12.000GiB'
     back = read_plan_params(path)
@@ -60,12 +63,33 @@ def test_plan_files_record_the_cpu_headroom_and_older_files_read_as_one(
     write_plan_params(path, PlanParams(resident={'lm': (1,)}, cpu_headroom=1.33))
     assert read_plan_params(path).cpu_headroom == 1.33
     text = path.read_text()
-    path.write_text(text.replace('    cpu_headroom: 1.33\n', ''))
+    path.write_text(text.replace('      cpu_headroom: 1.33\n', ''))
     assert read_plan_params(path).cpu_headroom == 1.0
     for bad, why in (("'fast'", 'must be a int or float'), ('0.5', 'must be from 1')):
         path.write_text(text.replace('cpu_headroom: 1.33', f'cpu_headroom: {bad}'))
         with pytest.raises(PlanFileError, match=why):
             read_plan_params(path)
+
+
+def test_plan_files_carry_predicted_stages_and_the_cpu_budget(tmp_path: Path) -> None:
+    """The node holds each stage against `plan.predicted_ms`; older files have none."""
+    stages = dict(zip(PREDICTED_STAGES, (58.0, 100.5, 204.25, 804.0, 9.75, 1176.5), strict=True))
+    path = tmp_path / 'plan.yaml'
+    write_plan_params(path, PlanParams(resident={'lm': (1,)}, predicted_ms=stages,
+                                       cpu_budget='one host thread at its profiled speed'))
+    flat = flatten_parameters(yaml.safe_load(path.read_text())['/**']['ros__parameters'])
+    assert tuple(flat)[-len(PREDICTION_KEYS):] == PREDICTION_KEYS
+    assert flat['plan.predicted_ms.decode'] == 204.25
+    back = read_plan_params(path)
+    assert back.predicted_ms == stages and back.cpu_budget.startswith('one host thread')
+    text = path.read_text()
+    path.write_text(text[:text.index('    predicted_ms:')])
+    assert read_plan_params(path).predicted_ms == {}
+    with pytest.raises(ValueError, match='give all of'):
+        PlanParams(predicted_ms={'decode': 1.0})
+    path.write_text(text.replace('decode: 204.25', "decode: 'slow'"))
+    with pytest.raises(PlanFileError, match=r"plan.predicted_ms.decode = 'slow'"):
+        read_plan_params(path)
 
 
 def test_compressed_layers_and_compression_round_trip(tmp_path: Path) -> None:
@@ -74,7 +98,8 @@ def test_compressed_layers_and_compression_round_trip(tmp_path: Path) -> None:
                                                                           'expert': (1,)},
                                        compression='on'))
     flat = flatten_parameters(yaml.safe_load(path.read_text())['/**']['ros__parameters'])
-    assert tuple(flat) == tuple(k for k in PARAM_KEYS if k != 'fused_norms')
+    assert tuple(flat) == tuple(k for k in PARAM_KEYS
+                                if k != 'fused_norms' and k not in PREDICTION_KEYS)
     assert flat['compressed_layers.lm'] == [2, 5] and flat['compressed_layers.vit'] == [-1]
     assert flat['compression'] == 'on'
     back = read_plan_params(path)
@@ -125,7 +150,7 @@ def test_ros_reads_the_file_with_typed_integer_arrays(tmp_path: Path) -> None:
     write_plan_params(path, PlanParams(resident={'lm': (0, 3)}, vram_budget='8GiB',
                                        fused_norms=True))
     got = parameter_dict_from_yaml_file(str(path), use_wildcard=True)
-    assert set(got) == set(PARAM_KEYS) - set(COMPRESSION_KEYS)
+    assert set(got) == set(PARAM_KEYS) - set(COMPRESSION_KEYS) - set(PREDICTION_KEYS)
     vit = Parameter.from_parameter_msg(got['resident_layers.vit'])
     assert vit.type_ is Parameter.Type.INTEGER_ARRAY and list(vit.value) == [-1]
     assert list(Parameter.from_parameter_msg(got['resident_layers.lm']).value) == [0, 3]

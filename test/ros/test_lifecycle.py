@@ -36,7 +36,7 @@ pytestmark = pytest.mark.slow
 DRIVE = DriveConfig(duration_s=14.0)
 FRAME = 'test_rear_axle'
 TASKS = ('model', 'inference', 'input', 'path rate', 'input age', 'input rates', 'timing',
-         'navigation', 'questions')
+         'navigation', 'questions', 'plan')
 
 
 class Harness:

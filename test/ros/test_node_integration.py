@@ -11,7 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from alpamayo_offload.app.param_file import default_params_file
 from alpamayo_offload.app.synthetic_drive import DriveConfig, write_drive
+from alpamayo_offload.planning import PREDICTED_STAGES, PlanParams, write_plan_params
 from alpamayo_offload.ros.demo import remaps_for
 from alpamayo_offload.ros.diagnostics import STAGE_KEYS
 from alpamayo_offload.ros.session import SessionResult, run_session
@@ -141,3 +143,21 @@ def test_slow_frame_decode_is_warned_and_inference_goes_on(tmp_path: Path) -> No
     assert [p for p in res.paths if p.topic.endswith('/path')], res.node_output[-3000:]
     done = [s for s in res.status('inference') if s.message == 'path published']
     assert float(done[-1].values['t_frame_decode_max_ms']) > 0.001
+
+
+def test_stages_over_the_plans_prediction_warn_in_the_plan_status(tmp_path: Path) -> None:
+    """A plan file predicting far less than the CPU delivers: the plan status warns by stage."""
+    plan = tmp_path / 'plan.yaml'
+    write_plan_params(plan, PlanParams(predicted_ms=dict.fromkeys(PREDICTED_STAGES, 1e-3),
+                                       cpu_budget='a CPU far faster than this one'))
+    drive = DriveConfig(duration_s=4.0)
+    res = run_session(write_drive(tmp_path / 'bag', drive), remaps=remaps_for(drive),
+                      param_files=[default_params_file(), plan],
+                      overrides={'inference.period_s': '0.1', 'images.height': '64',
+                                 'images.width': '96', 'diagnostics.period_s': '0.25',
+                                 'diagnostics.plan_window': '2'})
+    warned = [s for s in res.status('plan') if s.level == 1]
+    assert warned, (res.status('plan')[-1:], res.node_output[-3000:])
+    assert 'a CPU far faster than this one' in warned[-1].message
+    assert float(warned[-1].values['total.over']) > 0.1
+    assert warned[-1].values['cpu_budget'] == 'a CPU far faster than this one'
