@@ -384,6 +384,12 @@ class Engine:
             out['stall_ms'] = sum(c.stall_ms for c in mine)
         return out
 
+    def host_layer_bytes(self, sequence: str, index: int) -> torch.Tensor | None:
+        """Return a layer's packed bytes in the host store (None: the weights are not in one)."""
+        if not isinstance(self._source, HostStore):
+            return None
+        return self._source.layer_bytes(sequence, index)
+
     def layer_footprints(self) -> dict[str, list[LayerFootprint]]:
         """Each layer's device bytes resident and streamed, as the runtime's budget check counts."""
         return {name: [layer_footprint(m) for m in layers]

@@ -5,9 +5,13 @@ with nothing resident (duck-typed `sequence`, `layer`, `repetition`, `dma_ms`, `
 `stall_ms`, `bytes`, `streamed`, as `collect` reads them):
 
 - sequential, compression on: a call's `bytes` are its layer's compressed bytes (what its one
-  DMA moved), and its stall is the copy plus the decompression (one slot: the copy starts when
-  the previous layer's compute ends, the compute waits for the decompression), so the
-  decompression takes the stall less the copy;
+  DMA moved);
+- the decompression rate is timed directly on the GPU (`decompress_gbps`: the sequence's
+  largest layer, from the host store, compressed by the runtime's codec and decoded a few times
+  between CUDA events on a stream of its own). Without that measurement (records built by hand,
+  CPU tests) it is estimated from the sequential run: a call's stall less its copy. That
+  estimate runs low on the GPU, where the compressed copy overlaps the previous layer's compute
+  and only the decompression is left in the stall;
 - pipelined, raw and compressed: the compressed run decompresses layer i+1 while layer i
   computes, so layer i's compute grows by the SM contention times their overlap; the contention
   is that growth over the overlap, summed over the sequence's layers.
@@ -43,12 +47,14 @@ def _per_layer(calls: Iterable[Any], name: str) -> dict[tuple[str, int], list[fl
 
 
 def compression_terms(seq: SequenceProfile, sequential: Iterable[Any],
-                      raw_pipelined: Iterable[Any], packed_pipelined: Iterable[Any]
-                      ) -> SequenceProfile:
+                      raw_pipelined: Iterable[Any], packed_pipelined: Iterable[Any],
+                      measured_gbps: float | None = None) -> SequenceProfile:
     """Return `seq` with its compression terms from the three runs' call records.
 
-    A layer whose calls copied no bytes in the sequential compressed run is not in it: the
-    sequence is then returned unmeasured (compression is never chosen for it).
+    `measured_gbps`: the decompression rate timed directly (`decompress_gbps`); without it the
+    rate is estimated from the sequential run's stalls. A layer whose calls copied no bytes in
+    the sequential compressed run is not in it: the sequence is then returned unmeasured
+    (compression is never chosen for it).
     """
     calls = list(sequential)
     moved = {k: v for k, v in _per_layer(calls, 'bytes').items() if max(v) > 0}
@@ -60,9 +66,11 @@ def compression_terms(seq: SequenceProfile, sequential: Iterable[Any],
                     seq.name)
         return seq
     packed = tuple(min(int(max(moved[k])), seq.layer_bytes[k[1]]) for k in keys)
-    # The first call of each layer copied it (later ones may find it in its slot).
-    decode = [max(0.0, stall[k][0] - dma[k][0]) for k in keys]
     shrunk = {i for i, (b, n) in enumerate(zip(packed, seq.layer_bytes, strict=True)) if b < n}
+    if measured_gbps is not None and measured_gbps > 0:
+        decode = [n / (measured_gbps * 1e6) for n in seq.layer_bytes]
+    else:   # the first call of each layer copied it (later ones may find it in its slot)
+        decode = [max(0.0, stall[k][0] - dma[k][0]) for k in keys]
     decoded_ms = sum(decode[i] for i in shrunk)
     if not shrunk or decoded_ms <= 0:
         LOG.warning('%s: no layer shrank or decompression took no time; compression not '
@@ -81,6 +89,43 @@ def compression_terms(seq: SequenceProfile, sequential: Iterable[Any],
     contention = min(1.0, max(0.0, growth / overlap)) if overlap > 0 else 0.0
     return dataclasses.replace(seq, compressed_bytes=packed, decompress_gbps=gbps,
                                decompress_contention=contention)
+
+
+def decompress_gbps(engine: Any, sequence: str, index: int, reps: int = 5) -> float | None:
+    """Output GB/s of the runtime's GPU codec decoding layer `index` of `sequence`.
+
+    The layer's packed bytes from the engine's host store are compressed by the codec the
+    runtime streams with, then decoded `reps` times into a scratch buffer between two CUDA
+    events on a stream of their own, and the result checked bit for bit. None where there is
+    no host store or no CUDA device.
+    """
+    import torch
+
+    from alpamayo_offload.runtime.codec import select_codec
+
+    flat = engine.host_layer_bytes(sequence, index)
+    device = engine.device
+    if flat is None or device.type != 'cuda':
+        return None
+    stream = torch.cuda.Stream(device)
+    codec = select_codec('on', device, stream)
+    assert codec is not None   # 'on' raises rather than return no codec
+    n = flat.numel() - flat.numel() % 2
+    raw = flat[:n].to(device)
+    packed = codec.compress(raw)
+    src = packed.data.to(device)
+    out = torch.empty_like(raw)
+    with torch.cuda.stream(stream):
+        codec.decompress_into(src, packed.index, out)    # warm-up: builds the decoder config
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record(stream)
+        for _ in range(reps):
+            codec.decompress_into(src, packed.index, out)
+        end.record(stream)
+    end.synchronize()
+    if not torch.equal(out, raw):
+        raise RuntimeError(f'{sequence}[{index}]: decompression did not restore the layer')
+    return n / (start.elapsed_time(end) / reps * 1e6)
 
 
 def _calls(torch: Any, engine: Any, model_input: Any, mode: str, compression: str) -> list[Any]:
@@ -105,6 +150,9 @@ def add_compression_terms(engine: Any, model_input: Any, profile: Profile) -> Pr
     try:
         sequential = _calls(torch, engine, model_input, 'sequential', 'on')
         packed = _calls(torch, engine, model_input, 'pipelined', 'on')
+        rates = {s.name: decompress_gbps(engine, s.name, max(range(s.n_layers),
+                                                             key=s.layer_bytes.__getitem__))
+                 for s in profile.sequences}
     except EngineError as err:
         LOG.warning('compression not measured (%s): the planner will not compress', err)
         engine.replan(resident={}, mode='pipelined', budget_bytes=None, embed_on_host=False,
@@ -114,7 +162,10 @@ def add_compression_terms(engine: Any, model_input: Any, profile: Profile) -> Pr
     raw = _calls(torch, engine, model_input, 'pipelined', 'off')
     engine.replan(resident={}, mode='pipelined', budget_bytes=None, embed_on_host=False,
                   compression='off')
-    sequences = tuple(compression_terms(s, sequential, raw, packed) for s in profile.sequences)
+    for name, rate in rates.items():
+        LOG.info('%s: decompression %.0f GB/s (timed on the GPU)', name, rate or 0.0)
+    sequences = tuple(compression_terms(s, sequential, raw, packed, rates[s.name])
+                      for s in profile.sequences)
     measured = all(s.compression_measured for s in sequences)
     return dataclasses.replace(profile, sequences=sequences, settings={
         **profile.settings,

@@ -89,6 +89,11 @@ class HostStore(StateDictSource):
                              'layer sequences the runtime attaches')
         return self._regions[(sequence, index)]
 
+    def layer_bytes(self, sequence: str, index: int) -> torch.Tensor:
+        """Layer `index` of `sequence` as stored: its packed bytes (uint8, host, a view)."""
+        layout = self._layouts[(sequence, index)]
+        return self._regions[(sequence, index)].tensor[:layout.nbytes]
+
     @property
     def pinned(self) -> bool:
         """Whether the store's memory is page-locked."""

@@ -35,6 +35,19 @@ def test_bytes_rate_and_contention_from_the_three_runs() -> None:
     assert got.decompress_ms(0) == pytest.approx(0.5) and got.decompress_ms(2) == 0.0
 
 
+def test_a_rate_timed_on_the_gpu_replaces_the_stall_estimate() -> None:
+    # The copy overlapped the previous compute, so the stalls (0.2 ms less than the copy) say
+    # nothing; the rate timed directly is 1 GB/s: 1 ms per 1 MB layer, 1 ms of overlap.
+    sequential = [_call(i, dma=0.7, stall=0.5, nbytes=700_000) for i in range(3)]
+    raw = [_call(i, exe=2.0) for i in range(3)]
+    packed = [_call(0, exe=2.5), _call(1, exe=2.5), _call(2, exe=2.0)]
+    got = compression_terms(SEQ, sequential, raw, packed, measured_gbps=1.0)
+    assert got.decompress_gbps == pytest.approx(1.0)
+    assert got.decompress_ms(1) == pytest.approx(1.0)
+    assert got.decompress_contention == pytest.approx(0.5)
+    assert not compression_terms(SEQ, sequential, raw, packed).compression_measured
+
+
 def test_a_layer_never_copied_leaves_the_sequence_unmeasured() -> None:
     sequential = [_call(0, dma=0.7, stall=1.2, nbytes=700_000)]
     got = compression_terms(SEQ, sequential, [], [])
