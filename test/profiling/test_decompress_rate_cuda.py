@@ -18,11 +18,33 @@ def test_decompress_rate_is_timed_on_a_host_store_layer() -> None:
     from alpamayo_offload.engine import Engine, EngineConfig
     from alpamayo_offload.profiling.compression import decompress_gbps
 
-    engine = Engine.from_config(EngineConfig(model='tiny', device='cuda'))
+    engine = Engine.from_config(EngineConfig(model='tiny', device='cuda', pin_all_layers=True))
     try:
         flat = engine.host_layer_bytes('lm', 0)
-        assert flat is not None and flat.dtype == torch.uint8 and flat.numel() > 0
+        assert flat is not None and flat.dtype == torch.uint8
+        assert flat.numel() == engine.layer_footprints()['lm'][0].packed_bytes
         rate = decompress_gbps(engine, 'lm', 0, reps=3)
         assert rate is not None and rate > 0     # and the round trip was checked exact
     finally:
         engine.close()
+
+
+def test_layer_bytes_come_from_the_host_store_and_the_cpu_times_nothing() -> None:
+    import torch
+
+    from alpamayo_offload.engine import Engine, EngineConfig
+    from alpamayo_offload.profiling.compression import decompress_gbps
+
+    engine = Engine.from_config(EngineConfig(model='tiny', device='cpu', pin_all_layers=True))
+    try:
+        flat = engine.host_layer_bytes('lm', 0)
+        assert flat is not None and flat.dtype == torch.uint8
+        assert flat.numel() == engine.layer_footprints()['lm'][0].packed_bytes
+        assert decompress_gbps(engine, 'lm', 0) is None
+    finally:
+        engine.close()
+    unstored = Engine.from_config(EngineConfig(model='tiny', device='cpu'))
+    try:
+        assert unstored.host_layer_bytes('lm', 0) is None
+    finally:
+        unstored.close()
