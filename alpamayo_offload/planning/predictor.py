@@ -39,7 +39,9 @@ the copy moves the layer's compressed bytes, then the decompression waits for th
 compute for the decompression, so the copy of layer i+1 runs while layer i decompresses and
 layer i-1 computes); streamed raw (a layer the codec does not shrink streams raw, as the runtime
 does, and everything streams raw without `compression`). A decompression running alongside a
-compute slows it by the sequence's measured SM contention times their overlap.
+compute slows it by the sequence's measured SM contention times their overlap, and enqueueing it
+costs the host the sequence's measured `decompress_host_ms`, which adds up in host-bound
+decode passes.
 
 The LM head (`Placement.head_streamed`, where the profile tells its bytes apart) may stream
 instead of staying resident: every pass of an LM phase (prefill, decode) ends with it, so after
@@ -272,8 +274,8 @@ def _copy_ms(profile: Profile, pipeline: Pipeline) -> dict[str, tuple[float, ...
 
 
 # A compressed layer's terms: copy ms of its compressed bytes, those bytes, decompression ms,
-# SM contention share.
-_Packed = tuple[float, int, float, float]
+# SM contention share, host ms to enqueue the decompression.
+_Packed = tuple[float, int, float, float, float]
 
 
 def _packed(profile: Profile, placement: Placement,
@@ -290,7 +292,8 @@ def _packed(profile: Profile, placement: Placement,
             nbytes = seq.compressed_bytes[i]
             dma = nbytes / (peak * 1e6) if pipeline is Pipeline.PIPELINED and peak > 0 \
                 else seq.dma_ms[i] * nbytes / seq.layer_bytes[i]
-            out[(seq.name, i)] = (dma, nbytes, seq.decompress_ms(i), seq.decompress_contention)
+            out[(seq.name, i)] = (dma, nbytes, seq.decompress_ms(i), seq.decompress_contention,
+                                  seq.decompress_host_ms)
     return out
 
 
@@ -391,11 +394,13 @@ def predict(profile: Profile, placement: Placement, workload: Workload = Workloa
                         copy[p.phase] += dma
                         moved[p.phase] += nbytes
                     else:
-                        zdma, zbytes, decode, share = terms
+                        zdma, zbytes, decode, share, enqueue = terms
                         if key not in kept:      # streamed compressed: copy into staging first
                             copy_free = after = max(copy_free, after) + zdma
                             copy[p.phase] += zdma
                             moved[p.phase] += zbytes
+                        host += enqueue          # a streaming hook enqueues the decompression
+                        issuing[p.phase] += enqueue
                         begin = max(decode_free, after)
                         decode_free = ready[slot] = begin + decode
                         decoding[p.phase] += decode

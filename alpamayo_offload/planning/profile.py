@@ -64,11 +64,14 @@ class SequenceProfile:
     # Compression terms (empty / 0: not measured, and the planner never compresses the
     # sequence): each layer's compressed bytes (what a compressed copy moves and a layer kept
     # compressed holds; equal to `layer_bytes` where the codec does not shrink it, which the
-    # runtime then streams raw), the GPU decompression rate in uncompressed GB/s, and the share
-    # of a decompression's time the compute engine loses while both run (SM contention).
+    # runtime then streams raw), the GPU decompression rate in uncompressed GB/s, the share
+    # of a decompression's time the compute engine loses while both run (SM contention), and
+    # the host time one decompression takes to enqueue (the codec's calls, in the streaming
+    # hook; 0 where not measured).
     compressed_bytes: tuple[int, ...] = ()
     decompress_gbps: float = 0.0
     decompress_contention: float = 0.0
+    decompress_host_ms: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -87,7 +90,7 @@ class SequenceProfile:
                                  f'{self.n_layers} layers')
         _check_nonneg(f'SequenceProfile {self.name!r}', 'dma_ms', self.dma_ms)
         _check_nonneg(f'SequenceProfile {self.name!r}', 'decompress_gbps',
-                      (self.decompress_gbps,))
+                      (self.decompress_gbps, self.decompress_host_ms))
         if not 0.0 <= self.decompress_contention <= 1.0:
             raise ValueError(f'SequenceProfile {self.name!r}.decompress_contention = '
                              f'{self.decompress_contention!r}; must be from 0 to 1')
@@ -430,7 +433,8 @@ def _sequence(data: Mapping[str, Any]) -> SequenceProfile:
                            slot_bytes=_ints(data['slot_bytes']),
                            compressed_bytes=_ints(data['compressed_bytes']),
                            decompress_gbps=float(data['decompress_gbps']),
-                           decompress_contention=float(data['decompress_contention']))
+                           decompress_contention=float(data['decompress_contention']),
+                           decompress_host_ms=float(data.get('decompress_host_ms', 0.0)))
 
 
 def _phase(data: Mapping[str, Any]) -> PhaseProfile:

@@ -6,12 +6,14 @@ with nothing resident (duck-typed `sequence`, `layer`, `repetition`, `dma_ms`, `
 
 - sequential, compression on: a call's `bytes` are its layer's compressed bytes (what its one
   DMA moved);
-- the decompression rate is timed directly on the GPU (`decompress_gbps`: the sequence's
+- the decompression is timed directly on the GPU (`time_decompression`: the sequence's
   largest layer, from the host store, compressed by the runtime's codec and decoded a few times
-  between CUDA events on a stream of its own). Without that measurement (records built by hand,
-  CPU tests) it is estimated from the sequential run: a call's stall less its copy. That
-  estimate runs low on the GPU, where the compressed copy overlaps the previous layer's compute
-  and only the decompression is left in the stall;
+  between CUDA events on a stream of its own): its rate, and the host time of each enqueue
+  (nvCOMP's Python calls, made by a streaming hook once per compressed layer and pass).
+  Without that measurement (records built by hand, CPU tests) the rate is estimated from the
+  sequential run, a call's stall less its copy, and the host time is 0. That estimate runs low
+  on the GPU, where the compressed copy overlaps the previous layer's compute and only the
+  decompression is left in the stall;
 - pipelined, raw and compressed: the compressed run decompresses layer i+1 while layer i
   computes, so layer i's compute grows by the SM contention times their overlap; the contention
   is that growth over the overlap, summed over the sequence's layers.
@@ -25,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import statistics
+import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -48,13 +51,13 @@ def _per_layer(calls: Iterable[Any], name: str) -> dict[tuple[str, int], list[fl
 
 def compression_terms(seq: SequenceProfile, sequential: Iterable[Any],
                       raw_pipelined: Iterable[Any], packed_pipelined: Iterable[Any],
-                      measured_gbps: float | None = None) -> SequenceProfile:
+                      timed: DecompressTiming | None = None) -> SequenceProfile:
     """Return `seq` with its compression terms from the three runs' call records.
 
-    `measured_gbps`: the decompression rate timed directly (`decompress_gbps`); without it the
-    rate is estimated from the sequential run's stalls. A layer whose calls copied no bytes in
-    the sequential compressed run is not in it: the sequence is then returned unmeasured
-    (compression is never chosen for it).
+    `timed`: the decompression timed directly (`time_decompression`: its rate and host
+    enqueue time); without it the rate is estimated from the sequential run's stalls and the
+    host time is 0. A layer whose calls copied no bytes in the sequential compressed run is not
+    in it: the sequence is then returned unmeasured (compression is never chosen for it).
     """
     calls = list(sequential)
     moved = {k: v for k, v in _per_layer(calls, 'bytes').items() if max(v) > 0}
@@ -67,8 +70,8 @@ def compression_terms(seq: SequenceProfile, sequential: Iterable[Any],
         return seq
     packed = tuple(min(int(max(moved[k])), seq.layer_bytes[k[1]]) for k in keys)
     shrunk = {i for i, (b, n) in enumerate(zip(packed, seq.layer_bytes, strict=True)) if b < n}
-    if measured_gbps is not None and measured_gbps > 0:
-        decode = [n / (measured_gbps * 1e6) for n in seq.layer_bytes]
+    if timed is not None and timed.gbps > 0:
+        decode = [n / (timed.gbps * 1e6) for n in seq.layer_bytes]
     else:   # the first call of each layer copied it (later ones may find it in its slot)
         decode = [max(0.0, stall[k][0] - dma[k][0]) for k in keys]
     decoded_ms = sum(decode[i] for i in shrunk)
@@ -88,16 +91,26 @@ def compression_terms(seq: SequenceProfile, sequential: Iterable[Any],
             overlap += min(decode[i + 1], raw[here])
     contention = min(1.0, max(0.0, growth / overlap)) if overlap > 0 else 0.0
     return dataclasses.replace(seq, compressed_bytes=packed, decompress_gbps=gbps,
-                               decompress_contention=contention)
+                               decompress_contention=contention,
+                               decompress_host_ms=timed.host_ms if timed is not None else 0.0)
 
 
-def decompress_gbps(engine: Any, sequence: str, index: int, reps: int = 5) -> float | None:
-    """Output GB/s of the runtime's GPU codec decoding layer `index` of `sequence`.
+@dataclasses.dataclass(frozen=True)
+class DecompressTiming:
+    """The runtime codec's decompression of one layer, timed on the GPU."""
+
+    gbps: float           # uncompressed bytes written per second of GPU time, in GB/s
+    host_ms: float        # host time to enqueue one decompression (the codec's calls)
+
+
+def time_decompression(engine: Any, sequence: str, index: int,
+                       reps: int = 5) -> DecompressTiming | None:
+    """Time the runtime's GPU codec decoding layer `index` of `sequence`.
 
     The layer's packed bytes from the engine's host store are compressed by the codec the
     runtime streams with, then decoded `reps` times into a scratch buffer between two CUDA
-    events on a stream of their own, and the result checked bit for bit. None where there is
-    no host store or no CUDA device.
+    events on a stream of their own (the host time of those enqueues is timed too), and the
+    result checked bit for bit. None where there is no host store or no CUDA device.
     """
     import torch
 
@@ -119,13 +132,16 @@ def decompress_gbps(engine: Any, sequence: str, index: int, reps: int = 5) -> fl
         codec.decompress_into(src, packed.index, out)    # warm-up: builds the decoder config
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record(stream)
+        enqueue_s = 0.0
         for _ in range(reps):
+            t0 = time.perf_counter()
             codec.decompress_into(src, packed.index, out)
+            enqueue_s += time.perf_counter() - t0
         end.record(stream)
     end.synchronize()
     if not torch.equal(out, raw):
         raise RuntimeError(f'{sequence}[{index}]: decompression did not restore the layer')
-    return n / (start.elapsed_time(end) / reps * 1e6)
+    return DecompressTiming(n / (start.elapsed_time(end) / reps * 1e6), enqueue_s / reps * 1e3)
 
 
 def _calls(torch: Any, engine: Any, model_input: Any, mode: str, compression: str) -> list[Any]:
@@ -150,8 +166,8 @@ def add_compression_terms(engine: Any, model_input: Any, profile: Profile) -> Pr
     try:
         sequential = _calls(torch, engine, model_input, 'sequential', 'on')
         packed = _calls(torch, engine, model_input, 'pipelined', 'on')
-        rates = {s.name: decompress_gbps(engine, s.name, max(range(s.n_layers),
-                                                             key=s.layer_bytes.__getitem__))
+        timed = {s.name: time_decompression(engine, s.name, max(range(s.n_layers),
+                                                                key=s.layer_bytes.__getitem__))
                  for s in profile.sequences}
     except EngineError as err:
         LOG.warning('compression not measured (%s): the planner will not compress', err)
@@ -162,9 +178,11 @@ def add_compression_terms(engine: Any, model_input: Any, profile: Profile) -> Pr
     raw = _calls(torch, engine, model_input, 'pipelined', 'off')
     engine.replan(resident={}, mode='pipelined', budget_bytes=None, embed_on_host=False,
                   compression='off')
-    for name, rate in rates.items():
-        LOG.info('%s: decompression %.0f GB/s (timed on the GPU)', name, rate or 0.0)
-    sequences = tuple(compression_terms(s, sequential, raw, packed, rates[s.name])
+    for name, t in timed.items():
+        if t is not None:
+            LOG.info('%s: decompression %.0f GB/s, %.3f ms of host time to enqueue (timed on the '
+                     'GPU)', name, t.gbps, t.host_ms)
+    sequences = tuple(compression_terms(s, sequential, raw, packed, timed[s.name])
                       for s in profile.sequences)
     measured = all(s.compression_measured for s in sequences)
     return dataclasses.replace(profile, sequences=sequences, settings={

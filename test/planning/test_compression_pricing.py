@@ -31,9 +31,10 @@ ALL = range(LAYERS)
 
 
 def _profile(exe_ms: float = 0.01, gbps: float = 2.0, contention: float = 0.0,
-             measured: bool = True) -> Profile:
+             measured: bool = True, enqueue_ms: float = 0.0) -> Profile:
     terms = {'compressed_bytes': (PACKED,) * LAYERS, 'decompress_gbps': gbps,
-             'decompress_contention': contention} if measured else {}
+             'decompress_contention': contention,
+             'decompress_host_ms': enqueue_ms} if measured else {}
     seq = SequenceProfile('lm', (LAYER,) * LAYERS, (1.0,) * LAYERS, **terms)
     phase = PhaseProfile('decode', 'lm', 'decode', ((exe_ms,) * LAYERS,), (0.0,))
     return Profile('synthetic', MachineInfo('gpu', pinned_h2d_gbps=1.0), (seq,), (phase,),
@@ -72,6 +73,15 @@ def test_kept_compressed_decompresses_each_pass_without_copies() -> None:
     got = predict(_profile(), Placement.of(compressed={'lm': ALL}, compression=True), WORKLOAD)
     assert got.total_ms == pytest.approx(LAYERS * N * 0.5 + 0.01)
     assert got.phase('decode').bytes_streamed == 0 and got.phase('decode').copy_ms == 0
+
+
+def test_enqueueing_decompressions_costs_the_host_and_can_bound_the_pass() -> None:
+    """1 ms of host time per decompression enqueue, twice the GPU's 0.5 ms: the host bounds
+    every kept-compressed call, as in a decode pass of small kernels on a slow host."""
+    kept = Placement.of(compressed={'lm': ALL}, compression=True)
+    got = predict(_profile(enqueue_ms=1.0), kept, WORKLOAD)
+    assert got.total_ms == pytest.approx(LAYERS * N * 1.0 + 0.01)
+    assert _ms(_profile(enqueue_ms=0.1), kept) == pytest.approx(_ms(_profile(), kept))
 
 
 def test_resident_raw_only_computes() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from alpamayo_offload.planning.profile import SequenceProfile
-from alpamayo_offload.profiling.compression import compression_terms
+from alpamayo_offload.profiling.compression import DecompressTiming, compression_terms
 
 LAYER = 1_000_000
 SEQ = SequenceProfile('lm', (LAYER,) * 3, (1.0,) * 3)
@@ -41,8 +41,8 @@ def test_a_rate_timed_on_the_gpu_replaces_the_stall_estimate() -> None:
     sequential = [_call(i, dma=0.7, stall=0.5, nbytes=700_000) for i in range(3)]
     raw = [_call(i, exe=2.0) for i in range(3)]
     packed = [_call(0, exe=2.5), _call(1, exe=2.5), _call(2, exe=2.0)]
-    got = compression_terms(SEQ, sequential, raw, packed, measured_gbps=1.0)
-    assert got.decompress_gbps == pytest.approx(1.0)
+    got = compression_terms(SEQ, sequential, raw, packed, DecompressTiming(1.0, 0.25))
+    assert got.decompress_gbps == pytest.approx(1.0) and got.decompress_host_ms == 0.25
     assert got.decompress_ms(1) == pytest.approx(1.0)
     assert got.decompress_contention == pytest.approx(0.5)
     assert not compression_terms(SEQ, sequential, raw, packed).compression_measured
