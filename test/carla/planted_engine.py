@@ -48,8 +48,9 @@ class PlantedEngine:
             compressed_layers={'vit': (), 'lm': (), 'expert': ()}, layer_graphs=0,
             host_store_bytes=0, torch='', host='', kernel_settings='')
 
-    def infer(self, model_input: Any) -> EngineResult:
-        """Ignore the images; return the drive's future after `model_input.t0_ns`."""
+    def infer(self, model_input: Any, nav_text: str | None = None,
+              camera_indices: Any = None) -> EngineResult:
+        """Ignore the images and the route; return the drive's future after `model_input.t0_ns`."""
         t0 = (model_input.t0_ns - self._drive.start_ns) / NS
         x0, r0 = rear_axle_truth(self._drive, t0, self._offset)
         future = [rear_axle_truth(self._drive, t0 + 0.1 * (k + 1), self._offset)
