@@ -50,6 +50,6 @@ __all__ = [
     'PlannerOptions', 'PlanningError', 'Pipeline', 'Placement', 'Prediction', 'Profile',
     'ProfileFormatError', 'ProfiledWorkload', 'StaleProfileError', 'Workload', 'WorkloadError',
     'check_profile', 'format_bytes', 'load_profile', 'minimum_budget', 'model_identity',
-    'parse_budget', 'parse_bytes', 'plan', 'predict', 'read_plan_params', 'resident_from_param', 'resident_to_param', 'save_profile',
-    'write_plan_params',
+    'parse_budget', 'parse_bytes', 'plan', 'predict', 'read_plan_params', 'resident_from_param',
+    'resident_to_param', 'save_profile', 'write_plan_params',
 ]
