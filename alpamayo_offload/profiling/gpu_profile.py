@@ -106,7 +106,7 @@ def run_profile(*, model: str, device: str, decode_tokens: int, diffusion_steps:
     The input is the fixed example with its frames already at the model's size, as the node
     delivers them, so the profile's host pre/postprocessing is the node's, not a 1080p resize.
     The inference is the workload to plan for: `num_samples` trajectories, navigation guidance
-    with `guidance_weight` (None: off), `cameras` cameras (None: the family's release
+    with `guidance_weight` (None or 0: off), `cameras` cameras (None: the family's release
     cameras); the profile records it (`Profile.workload`).
     """
     import torch
@@ -116,12 +116,19 @@ def run_profile(*, model: str, device: str, decode_tokens: int, diffusion_steps:
                             f'{torch.cuda.is_available()}); run it on the target machine')
     from alpamayo_offload.engine import Engine, EngineConfig  # the engine imports planning
 
-    config = EngineConfig(
-        model=model, device=device, mode='sequential', budget_bytes=None, resident={},
-        max_decode_tokens=decode_tokens, fixed_decode_tokens=decode_tokens,
-        diffusion_steps=diffusion_steps, seed=seed, fused_norms=fused_norms,
-        num_samples=num_samples, guidance_weight=guidance_weight, num_cameras=cameras,
-        pin_all_layers=True, instrument=True)   # nothing resident pins it all anyway
+    if guidance_weight is not None and not guidance_weight >= 0:
+        raise PlanningError(f'--guidance-weight {guidance_weight}: give a weight > 0, or 0 (no '
+                            "guidance, as the node's navigation.guidance_weight 0)")
+    guidance_weight = guidance_weight or None
+    try:
+        config = EngineConfig(
+            model=model, device=device, mode='sequential', budget_bytes=None, resident={},
+            max_decode_tokens=decode_tokens, fixed_decode_tokens=decode_tokens,
+            diffusion_steps=diffusion_steps, seed=seed, fused_norms=fused_norms,
+            num_samples=num_samples, guidance_weight=guidance_weight, num_cameras=cameras,
+            pin_all_layers=True, instrument=True)   # nothing resident pins it all anyway
+    except ValueError as err:
+        raise PlanningError(f'cannot profile this workload: {err}') from err
     engine = Engine.from_config(config)
     torch.cuda.synchronize()
     profile = profile_engine(engine, model=model, loaded_bytes=torch.cuda.memory_allocated(),
