@@ -77,10 +77,10 @@ def split_profile_ref(ref: str) -> tuple[str, str]:
 
 @dataclass(frozen=True)
 class PlanWorkload:
-    """The inference a plan was made for; a node running another batch, guidance or camera
-    count refuses the plan at start-up (its latency and VRAM were priced for this one).
+    """The inference a plan was made for (samples, guidance, cameras, passes).
 
-    `cameras` 0: the profile did not record them (the model family's release cameras).
+    A node running another batch, guidance or camera count refuses the plan at start-up: its
+    latency and VRAM were priced for this one. `cameras` 0: the profile did not record them (the model family's release cameras).
     """
 
     num_samples: int = 1
@@ -100,7 +100,7 @@ class PlanWorkload:
                 raise ValueError(f'plan.workload.{name} = {getattr(self, name)}; must be >= 0')
 
     def as_dict(self) -> dict[str, Any]:
-        """The `plan.workload` mapping, in `WORKLOAD_FIELDS` order."""
+        """Return the `plan.workload` mapping, in `WORKLOAD_FIELDS` order."""
         return {f: getattr(self, f) for f in WORKLOAD_FIELDS}
 
 

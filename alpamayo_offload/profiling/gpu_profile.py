@@ -378,7 +378,8 @@ def _phase_walls_ms(results: list[Any], decode_passes: int) -> dict[str, float]:
     own end token may not, and the fit replays the profile's pass count.
     """
     each = [phase_walls_ms(r) for r in results]
-    walls = {p: statistics.median(w[p] for w in each) for p in each[0]}
+    walls = {p: statistics.median(w[p] for w in each) for p in each[0]
+             if all(p in w for w in each)}
     if any(r.decode_tokens != decode_passes for r in results):
         LOG.warning('decode made %s passes, the profile %d: its non-layer time is not fitted',
                     sorted({r.decode_tokens for r in results}), decode_passes)
