@@ -80,7 +80,8 @@ class PlanWorkload:
     """The inference a plan was made for (samples, guidance, cameras, passes).
 
     A node running another batch, guidance or camera count refuses the plan at start-up: its
-    latency and VRAM were priced for this one. `cameras` 0: the profile did not record them (the model family's release cameras).
+    latency and VRAM were priced for this one. `cameras` 0: the profile did not record them
+    (the model family's release cameras).
     """
 
     num_samples: int = 1
