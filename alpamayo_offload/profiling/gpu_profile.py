@@ -423,6 +423,10 @@ def add_host_terms(engine: Any, model_input: Any, profile: Profile, runs: int) -
     later run can tell how fast the CPU was then. The engine is left pipelined with nothing
     resident (a second `host_issue_calls` may follow).
     """
+    if profile.workload.guidance and getattr(model_input, 'nav_text', None) is None:
+        raise PlanningError('the profile ran navigation guidance but this input has no route '
+                            'text, so its runs would not; time the input of '
+                            '`profiling_input(engine)`')
     import torch
 
     torch.cuda.set_per_process_memory_fraction(1.0)
