@@ -72,10 +72,16 @@ def test_the_replay_streams_what_the_engine_streamed(
         guided_run: tuple[Engine, Any, Any, Profile]) -> None:
     engine, _, result, profile = guided_run
     prediction = predict(profile, Placement.of(), Workload(DECODE, STEPS))
-    assert sum(p.bytes_streamed for p in prediction.phases) == result.streaming['bytes_streamed']
     lm_pass = sum(profile.sequence('lm').layer_bytes)
     for name in ('unguided', 'refeed'):
         assert prediction.phase(name).bytes_streamed == lm_pass
+    # The engine counts guidance's passes as prefill: three LM passes there, as predicted.
+    streamed = result.streaming
+    engine_lm_passes = streamed['bytes_streamed.prefill'] / streamed['bytes_streamed.decode']
+    assert engine_lm_passes * DECODE == pytest.approx(3.0)
+    predicted = sum(prediction.phase(p).bytes_streamed for p in ('prefill', 'unguided', 'refeed'))
+    assert predicted == 3 * lm_pass == 3 * prediction.phase('decode').bytes_streamed / DECODE
+    assert prediction.phase('diffusion').passes == STEPS == result.diffusion_steps
     with pytest.raises(WorkloadError, match='num_samples 1'):
         predict(profile, Placement.of(), Workload(DECODE, STEPS, num_samples=1))
 
