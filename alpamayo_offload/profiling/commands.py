@@ -334,18 +334,25 @@ def _cmd_profile(args: argparse.Namespace) -> int:
         LOG.error('%s', err)
         return 2
     digest = save_profile(profile, args.out)
-    sys.stdout.write(f'wrote {args.out} (sha256 {digest[:16]})\n{_summary(profile)}\n')
+    sys.stdout.write(f'wrote {args.out} (sha256 {digest[:16]})\n{workload_line(profile)}\n'
+                     f'{_summary(profile)}\n')
     return 0
+
+
+def workload_line(profile: Profile) -> str:
+    """Say the workload a profile measured in one line (what its plans are for)."""
+    measured = profile.workload
+    cameras = measured.cameras or "the family's release"
+    return (f'workload: {measured.num_samples} sample(s), navigation guidance '
+            f'{"on" if measured.guidance else "off"}, {cameras} cameras, '
+            f'{profile.measured_passes("decode")} decode passes, '
+            f'{profile.measured_passes("diffusion")} diffusion steps')
 
 
 def _summary(profile: Profile) -> str:
     """Say what the profile measured in a few lines: layers, link, host terms, fitted times."""
-    measured = profile.workload
-    lines = [f'workload: {measured.num_samples} sample(s), navigation guidance '
-             f'{"on" if measured.guidance else "off"}, '
-             f'{measured.cameras or "release"} cameras']
-    lines += [f'{seq.name}: {seq.n_layers} layers, {format_bytes(max(seq.layer_bytes))} max, '
-              f'DMA {max(seq.dma_ms):.2f} ms max' for seq in profile.sequences]
+    lines = [f'{seq.name}: {seq.n_layers} layers, {format_bytes(max(seq.layer_bytes))} max, '
+             f'DMA {max(seq.dma_ms):.2f} ms max' for seq in profile.sequences]
     probes = profile.settings.get('pinned_h2d_gbps_probes')
     lines.append(f'pinned copy {profile.machine.pinned_h2d_gbps:.2f} GB/s'
                  + (f" (highest of {', '.join(f'{x:.2f}' for x in probes)})" if probes else ''))

@@ -113,3 +113,12 @@ def test_guidance_needs_a_model_that_reads_a_route() -> None:
     plain = dataclasses.replace(engine.config, guidance_weight=None)
     engine.config = plain
     assert profiling_input(engine).nav_text is None
+
+
+def test_the_profile_command_says_the_workload_it_measured(
+        guided_run: tuple[Engine, Any, Any, Profile]) -> None:
+    from alpamayo_offload.profiling.commands import workload_line
+
+    assert workload_line(guided_run[3]) == ('workload: 2 sample(s), navigation guidance on, 4 '
+                                            f'cameras, {DECODE} decode passes, {STEPS} '
+                                            'diffusion steps')
