@@ -6,6 +6,12 @@ something else held the GPU) may no longer fit when the engine starts. Then, in 
 for the budget from the profile the plan file names (`plan.profile`), else stream every layer
 with the embedding in host RAM (the least VRAM the engine can run in), each step reported as a
 warning; only if even that does not fit does loading fail.
+
+A plan file records the workload it was made for (`plan.workload.*`: samples, navigation
+guidance, cameras). A node configured for another one refuses the plan by the parameter that
+differs (`check_plan_workload`): its latency and VRAM were priced for the plan's workload, and
+re-planning cannot help, since the plan's profile measured that workload too. The re-plan asks
+for the node's workload, so a profile of another one is refused by name as well.
 """
 from __future__ import annotations
 
@@ -19,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from ..planning import (
     PlannerOptions,
     PlanningError,
+    Workload,
     check_profile,
     format_bytes,
     load_profile,
@@ -26,6 +33,7 @@ from ..planning import (
     plan,
 )
 from ..planning.params import split_profile_ref
+from .errors import ParameterError
 from .vram import ResolvedBudget, resolve_budget
 
 if TYPE_CHECKING:
@@ -69,6 +77,7 @@ def load_engine(config: EngineConfig, vram_budget: str,
     if torch_threads:
         torch.set_num_threads(torch_threads)
     plan_info = plan_info or {}
+    check_plan_workload(config, plan_info)
     budget = resolve_budget(vram_budget, config.device)
     config = dataclasses.replace(config, budget_bytes=budget.budget_bytes)
     report: dict[str, Any] = {
@@ -83,7 +92,8 @@ def load_engine(config: EngineConfig, vram_budget: str,
         lambda: _replan(str(plan_info.get('plan.profile', '')), budget, config.model,
                         _gpu_name(config.device), max_decode_tokens=config.max_decode_tokens,
                         fused_norms=config.fused_norms,
-                        cpu_headroom=plan_info.get('plan.cpu_headroom', 1.0)),
+                        cpu_headroom=plan_info.get('plan.cpu_headroom', 1.0),
+                        workload=node_workload(config)),
         lambda: _Plan({}, True, 'stream everything, embedding in host RAM'),
     ]
     engine, refusals = _first_that_fits(config, configured, fallbacks)
@@ -98,6 +108,47 @@ def load_engine(config: EngineConfig, vram_budget: str,
                    'the simulator running')
         LOG.warning('%s', warning)
     return LoadedEngine(engine, report, warning, engine.image_sizing)
+
+
+# The node parameter behind each term of a plan's workload (`plan.workload.<term>`).
+WORKLOAD_PARAMETERS = {'num_samples': 'decode.num_samples',
+                       'guidance': 'navigation.guidance_weight', 'cameras': 'cameras.slots'}
+
+
+def node_workload(config: EngineConfig) -> Workload:
+    """Return the workload the engine runs: its samples, guidance and cameras (None: release)."""
+    return Workload(num_samples=config.num_samples,
+                    guidance=config.guidance_weight is not None, cameras=config.num_cameras)
+
+
+def _shown(term: str, value: Any) -> str:
+    if term == 'guidance':
+        return 'on' if value else 'off'
+    return f'{value} sample(s)' if term == 'num_samples' else f'{value} camera(s)'
+
+
+def check_plan_workload(config: EngineConfig, plan_info: Mapping[str, Any]) -> None:
+    """Refuse (`ParameterError`, naming the parameter) a plan made for another workload.
+
+    Terms the plan file does not record are not checked (an older file; `cameras` 0: the
+    profile did not record them).
+    """
+    running = node_workload(config)
+    for term, parameter in WORKLOAD_PARAMETERS.items():
+        planned = plan_info.get(f'plan.workload.{term}')
+        here = getattr(running, term)
+        if planned is None or here is None or (term == 'cameras' and planned == 0):
+            continue
+        if planned != here:
+            option = {'num_samples': f'--num-samples {here}',
+                      'guidance': '--guidance-weight W' if here else 'no --guidance-weight',
+                      'cameras': f'--cameras {here}'}[term]
+            raise ParameterError(
+                f'{parameter}: the node runs {_shown(term, here)}, the plan file was made for '
+                f'{_shown(term, planned)} (plan.workload.{term}); its latency and VRAM were '
+                f'priced for that workload. Profile and plan for this one '
+                f'(`alpamayo-offload profile {option}`, then `alpamayo-offload plan`), or set '
+                f'{parameter} as the plan has it')
 
 
 def warm_up(engine: Engine) -> float:
@@ -146,10 +197,12 @@ def _first_that_fits(config: EngineConfig, configured: _Plan,
 
 def _replan(profile_ref: str, budget: ResolvedBudget, model: str,
             gpu_name: str | None, *, max_decode_tokens: int | None = None,
-            fused_norms: bool, cpu_headroom: float = 1.0) -> _Plan | None:
+            fused_norms: bool, cpu_headroom: float = 1.0,
+            workload: Workload | None = None) -> _Plan | None:
     """Return the planner's placement for this budget from the plan file's profile, if usable.
 
-    The profile must be the one the plan was made from (same sha256), of this model and GPU.
+    The profile must be the one the plan was made from (same sha256), of this model and GPU,
+    measured at the node's `workload` (samples, guidance, cameras; None: as profiled).
     VRAM is planned for the node's own decode limit (`decode.max_tokens`), which the engine's
     check counts: a plan made for a smaller one may miss by the KV cache of the difference. The
     plan file's `plan.cpu_headroom` is kept, so the re-plan chooses as the plan did.
@@ -157,7 +210,8 @@ def _replan(profile_ref: str, budget: ResolvedBudget, model: str,
     if not profile_ref or budget.budget_bytes is None:
         return None
     try:
-        options = PlannerOptions(max_decode_tokens=max_decode_tokens,
+        options = PlannerOptions(workload=workload or Workload(),
+                                 max_decode_tokens=max_decode_tokens,
                                  cpu_headroom=float(cpu_headroom))
     except (TypeError, ValueError) as err:
         LOG.warning('plan.cpu_headroom %r: %s; not re-planning from plan.profile', cpu_headroom,

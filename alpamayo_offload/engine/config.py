@@ -172,6 +172,9 @@ class EngineResult:
     nav_text: str | None = None        # the route text this inference used (None: no route)
     guided: bool = False               # navigation guidance ran (a weight and a route text)
     coc_texts: list[str] | None = None  # every sample's reasoning text (decoded when possible)
+    # Every pass of the model as (phase, seconds), in order; unlike `timings`, navigation
+    # guidance's two 'unguided' passes stand apart (the profiler times each).
+    passes: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass

@@ -305,7 +305,8 @@ class Engine:
             coc_text=result.coc_text[0] if result.coc_text else None,
             decode_tokens=result.decode_steps, timings=timings,
             streaming=self._streaming(bridge.passes), diffusion_steps=result.diffusion_steps,
-            nav_text=nav_text, guided=guided, coc_texts=result.coc_text)
+            nav_text=nav_text, guided=guided, coc_texts=result.coc_text,
+            passes=tuple(bridge.pass_seconds()))
 
     def generate_text(self, images: np.ndarray, question: str,
                       camera_indices: Sequence[int] | None = None, max_new_tokens: int = 256,

@@ -12,6 +12,7 @@ class _ExampleInput:
     ego_history_xyz: np.ndarray
     ego_history_rot: np.ndarray
     camera_indices: tuple[int, ...] | None = None   # release slots of the cameras (None: R1's)
+    nav_text: str | None = None                      # route text (1.5, 2 Super; None: no route)
 
 
 def example_input(height: int = 1080, width: int = 1920, n_cameras: int = 4,

@@ -53,15 +53,22 @@ class PhaseClock:
         self.passes[phase] = self.passes.get(phase, 0) + 1
         self._open = None
 
-    def seconds(self) -> dict[str, float]:
-        """Seconds per phase, summed over passes (synchronises on CUDA)."""
-        out: dict[str, float] = {}
+    def pass_seconds(self) -> list[tuple[str, float]]:
+        """Each pass's phase and seconds, in the order they ran (synchronises on CUDA)."""
+        out = []
         for phase, start, end in self.marks:
             if self._cuda:
                 end.synchronize()
                 dt = start.elapsed_time(end) / 1000.0
             else:
                 dt = end - start
+            out.append((phase, dt))
+        return out
+
+    def seconds(self) -> dict[str, float]:
+        """Seconds per phase, summed over passes (synchronises on CUDA)."""
+        out: dict[str, float] = {}
+        for phase, dt in self.pass_seconds():
             out[phase] = out.get(phase, 0.0) + dt
         return out
 

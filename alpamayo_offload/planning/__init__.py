@@ -17,6 +17,7 @@ from alpamayo_offload.planning.errors import (
     PlanningError,
     ProfileFormatError,
     StaleProfileError,
+    WorkloadError,
 )
 from alpamayo_offload.planning.identity import model_identity
 from alpamayo_offload.planning.params import (
@@ -33,7 +34,13 @@ from alpamayo_offload.planning.params import (
 )
 from alpamayo_offload.planning.planner import PlannerOptions, PlanResult, minimum_budget, plan
 from alpamayo_offload.planning.predictor import Pipeline, Placement, Prediction, Workload, predict
-from alpamayo_offload.planning.profile import Profile, check_profile, load_profile, save_profile
+from alpamayo_offload.planning.profile import (
+    Profile,
+    ProfiledWorkload,
+    check_profile,
+    load_profile,
+    save_profile,
+)
 from alpamayo_offload.planning.units import format_bytes, parse_budget, parse_bytes
 
 __all__ = [
@@ -41,8 +48,8 @@ __all__ = [
     'BudgetError', 'PlanFileError', 'PlanParams',
     'PlanResult',
     'PlannerOptions', 'PlanningError', 'Pipeline', 'Placement', 'Prediction', 'Profile',
-    'ProfileFormatError', 'StaleProfileError', 'Workload', 'check_profile', 'format_bytes',
-    'load_profile', 'minimum_budget', 'model_identity', 'parse_budget', 'parse_bytes', 'plan',
-    'predict', 'read_plan_params', 'resident_from_param', 'resident_to_param', 'save_profile',
-    'write_plan_params',
+    'ProfileFormatError', 'ProfiledWorkload', 'StaleProfileError', 'Workload', 'WorkloadError',
+    'check_profile', 'format_bytes', 'load_profile', 'minimum_budget', 'model_identity',
+    'parse_budget', 'parse_bytes', 'plan', 'predict', 'read_plan_params', 'resident_from_param',
+    'resident_to_param', 'save_profile', 'write_plan_params',
 ]

@@ -20,3 +20,7 @@ class BudgetError(PlanningError):
 
 class PlanFileError(PlanningError):
     """A residency parameter file lacks a key or holds a value of the wrong type."""
+
+
+class WorkloadError(PlanningError):
+    """A workload (samples, guidance, cameras) other than the one the profile or plan was for."""

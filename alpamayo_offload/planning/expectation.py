@@ -10,13 +10,17 @@ from __future__ import annotations
 
 from alpamayo_offload.planning.params import PREDICTED_STAGES
 from alpamayo_offload.planning.predictor import Prediction
-from alpamayo_offload.planning.profile import Profile
+from alpamayo_offload.planning.profile import GUIDANCE_PHASES, Profile
 
 
 def predicted_stage_ms(prediction: Prediction) -> dict[str, float]:
-    """Predicted ms of every stage in `PREDICTED_STAGES` (host: pre- plus postprocessing)."""
+    """Predicted ms of every stage in `PREDICTED_STAGES` (host: pre- plus postprocessing).
+
+    Navigation guidance's unguided passes count as prefill, as the engine's timings count them.
+    """
     phases = {p.name: p.wall_ms for p in prediction.phases}
     stages = {s: phases.get(s, 0.0) for s in PREDICTED_STAGES}
+    stages['prefill'] += sum(phases.get(p, 0.0) for p in sorted(GUIDANCE_PHASES))
     return {**stages, 'host': prediction.host_ms, 'total': prediction.total_ms}
 
 

@@ -8,7 +8,9 @@ layers travel: 'off' (raw) or 'on' (compressed; needed by any kept-compressed la
 writes neither (`COMPRESSION_KEYS`), so its file is what a node without compression reads.
 `plan.predicted_ms.<stage>` (`PREDICTION_KEYS`, written when the plan carries them) are the
 predicted milliseconds per stage that the node's diagnostics hold its measurements against;
-`plan.cpu_budget` says in words which CPU that prediction assumes.
+`plan.cpu_budget` says in words which CPU that prediction assumes. `plan.workload.*`
+(`WORKLOAD_KEYS`) is the inference the plan was made for: samples, navigation guidance on or
+off, cameras, decode passes and diffusion steps.
 """
 from __future__ import annotations
 
@@ -31,11 +33,14 @@ COMPRESSION_KEYS = (*(f'compressed_layers.{m}' for m in MODULES), 'compression')
 # together ('host') and the engine's total.
 PREDICTED_STAGES = ('vision', 'prefill', 'decode', 'diffusion', 'host', 'total')
 PREDICTION_KEYS = tuple(f'plan.predicted_ms.{s}' for s in PREDICTED_STAGES)
+# The workload the plan was made for (`plan.workload.*`; absent from older files).
+WORKLOAD_FIELDS = ('num_samples', 'guidance', 'cameras', 'decode_passes', 'diffusion_steps')
+WORKLOAD_KEYS = tuple(f'plan.workload.{f}' for f in WORKLOAD_FIELDS)
 # Flattened ROS parameter names this file defines (what the node declares), in file order.
 PARAM_KEYS = (*(f'resident_layers.{m}' for m in MODULES), *COMPRESSION_KEYS, 'embed_on_host',
               'fused_norms', 'vram_budget', 'plan.predicted_latency_s', 'plan.profile',
               'plan.cpu_sensitive_phases', 'plan.cpu_headroom', 'plan.cpu_budget',
-              *PREDICTION_KEYS)
+              *PREDICTION_KEYS, *WORKLOAD_KEYS)
 
 
 def resident_to_param(indices: Iterable[int]) -> list[int]:
@@ -71,6 +76,36 @@ def split_profile_ref(ref: str) -> tuple[str, str]:
 
 
 @dataclass(frozen=True)
+class PlanWorkload:
+    """The inference a plan was made for (samples, guidance, cameras, passes).
+
+    A node running another batch, guidance or camera count refuses the plan at start-up: its
+    latency and VRAM were priced for this one. `cameras` 0: the profile did not record them
+    (the model family's release cameras).
+    """
+
+    num_samples: int = 1
+    guidance: bool = False
+    cameras: int = 0
+    decode_passes: int = 21
+    diffusion_steps: int = 10
+
+    def __post_init__(self) -> None:
+        if self.num_samples < 1:
+            raise ValueError(f'plan.workload.num_samples = {self.num_samples}; must be >= 1')
+        if not 0 <= self.cameras <= 7:
+            raise ValueError(f'plan.workload.cameras = {self.cameras}; allowed 1..7, or 0 (not '
+                             'recorded)')
+        for name in ('decode_passes', 'diffusion_steps'):
+            if getattr(self, name) < 0:
+                raise ValueError(f'plan.workload.{name} = {getattr(self, name)}; must be >= 0')
+
+    def as_dict(self) -> dict[str, Any]:
+        """Return the `plan.workload` mapping, in `WORKLOAD_FIELDS` order."""
+        return {f: getattr(self, f) for f in WORKLOAD_FIELDS}
+
+
+@dataclass(frozen=True)
 class PlanParams:
     """The values of one residency parameter file."""
 
@@ -94,6 +129,8 @@ class PlanParams:
     # Predicted ms per stage (`PREDICTED_STAGES`; empty: not written) and the CPU it assumes.
     predicted_ms: Mapping[str, float] = field(default_factory=dict)
     cpu_budget: str = ''
+    # The workload the plan was made for (None: not written, an older file).
+    workload: PlanWorkload | None = None
 
     def __post_init__(self) -> None:
         for name in ('resident', 'compressed'):
@@ -137,7 +174,8 @@ class PlanParams:
                      'cpu_budget': self.cpu_budget,
                      **({'predicted_ms': {s: round(float(self.predicted_ms[s]), 3)
                                           for s in PREDICTED_STAGES}}
-                        if self.predicted_ms else {})},
+                        if self.predicted_ms else {}),
+                     **({'workload': self.workload.as_dict()} if self.workload else {})},
         }}}
 
 
@@ -170,6 +208,7 @@ def read_plan_params(path: str | Path) -> PlanParams:
             cpu_headroom=_headroom(plan.get('cpu_headroom', 1.0)),  # optional: older files
             cpu_budget=_typed(plan.get('cpu_budget', ''), str, 'plan.cpu_budget'),
             predicted_ms=_predicted(plan.get('predicted_ms', {})),   # optional: older files
+            workload=_workload(plan.get('workload')),                 # optional: older files
         )
     except (OSError, yaml.YAMLError) as err:
         raise PlanFileError(f'cannot read plan file {str(path)!r} ({err}); write one with '
@@ -187,6 +226,22 @@ def _predicted(value: Any) -> dict[str, float]:
         return {}
     return {s: float(_typed(stages.get(s), (int, float), f'plan.predicted_ms.{s}'))
             for s in PREDICTED_STAGES}
+
+
+def _workload(value: Any) -> PlanWorkload | None:
+    if value is None:
+        return None
+    table = _typed(value, dict, 'plan.workload')
+    missing = [f for f in WORKLOAD_FIELDS if f not in table]
+    if missing:
+        raise PlanFileError(f'plan.workload lacks {", ".join(missing)}; expected '
+                            f'{", ".join(WORKLOAD_FIELDS)}')
+    for f in WORKLOAD_FIELDS:
+        wanted = bool if f == 'guidance' else int
+        if isinstance(table[f], bool) != (wanted is bool):
+            raise PlanFileError(f'plan.workload.{f} = {table[f]!r} must be a {wanted.__name__}')
+        _typed(table[f], wanted, f'plan.workload.{f}')
+    return PlanWorkload(**{f: table[f] for f in WORKLOAD_FIELDS})
 
 
 def _headroom(value: Any) -> float:

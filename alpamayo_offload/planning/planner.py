@@ -36,6 +36,7 @@ from alpamayo_offload.planning.predictor import (
     Placement,
     Prediction,
     Workload,
+    check_workload,
     predict,
 )
 from alpamayo_offload.planning.profile import Profile
@@ -321,8 +322,10 @@ def plan(profile: Profile, budget_bytes: int, options: PlannerOptions = PlannerO
     With `options.cpu_headroom` h > 1 the search and the choice run on the profile with its
     host issue times times h, so a plan that turns host-bound when the CPU slows down (a decode
     with most LM layers resident) loses to one that stays copy-bound; the result's prediction
-    is at the profiled CPU speed.
+    is at the profiled CPU speed. A workload of another batch, guidance or camera count than
+    the profile's is refused (`WorkloadError`).
     """
+    check_workload(profile, options.workload)
     _check_budget(profile, budget_bytes, options)
     judged = profile if options.cpu_headroom == 1.0 else profile.with_host_scaled(
         options.cpu_headroom)

@@ -52,6 +52,13 @@ The token embedding is never streamed: it is resident or kept in host RAM, where
 on the host and only the rows the pass uses cross PCIe (`PhaseProfile.embed_host_ms`);
 streaming the whole table to read a few rows would move 1.6 GB per decode pass for 2 Super.
 
+A batch is priced as the profile measured it (`Workload`): a pass of S samples reads each
+streamed layer once, so its copies are those of one sample and only its compute (measured at S)
+is larger. Navigation guidance's profile has two more LM phases after decode ('unguided': the
+unguided prompt's prefill; 'refeed': the guided tokens fed to the unguided cache), one pass
+each, streaming the LM's layers like any other pass; its diffusion compute is that of the
+stacked guided and unguided rows.
+
 Per-layer compute is the median over the profiled passes, never the mean (one stalled call would
 be charged to every pass). In pipelined mode a copy runs at the machine's pinned host-to-device
 peak when the profile has one: the runtime's double buffer keeps the copy engine at 100 % of it
@@ -65,7 +72,8 @@ import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 
-from alpamayo_offload.planning.profile import Profile
+from alpamayo_offload.planning.errors import WorkloadError
+from alpamayo_offload.planning.profile import MAX_CAMERAS, Profile
 
 
 class Pipeline(enum.Enum):
@@ -78,21 +86,78 @@ class Pipeline(enum.Enum):
 
 @dataclass(frozen=True)
 class Workload:
-    """Pass counts the profile does not fix: decode passes (the paper's N), diffusion steps."""
+    """The inference to price: pass counts, and the batch, guidance and cameras it runs.
+
+    Pass counts may differ from the profile's: every decode pass and diffusion step repeats
+    the profiled per-pass terms (the paper's N). `num_samples`, `guidance` and `cameras` may
+    not (None: as profiled): a batch of S rows reads each streamed layer once, so its bytes do
+    not grow with S, but its compute does, by a measured amount that is not linear in S (a
+    decode pass of 16 rows costs far less than 16 of one row); guidance adds the unguided
+    passes and doubles the expert's rows; the cameras set the prompt length. A workload
+    differing in any of them is refused (`check_workload`): profile at it instead.
+    """
 
     decode_passes: int = 21
     diffusion_steps: int = 10
+    num_samples: int | None = None
+    guidance: bool | None = None
+    cameras: int | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.decode_passes <= 4096:
             raise ValueError(f'Workload.decode_passes = {self.decode_passes}; allowed 0..4096')
         if not 0 <= self.diffusion_steps <= 1000:
             raise ValueError(f'Workload.diffusion_steps = {self.diffusion_steps}; allowed 0..1000')
+        if self.num_samples is not None and self.num_samples < 1:
+            raise ValueError(f'Workload.num_samples = {self.num_samples}; give >= 1, or None '
+                             '(as profiled)')
+        if self.cameras is not None and not 1 <= self.cameras <= MAX_CAMERAS:
+            raise ValueError(f'Workload.cameras = {self.cameras}; allowed 1..{MAX_CAMERAS}, or '
+                             'None (as profiled)')
 
     def passes(self, repeats: str) -> int:
         """How many passes a phase with this `repeats` kind makes."""
         return {'once': 1, 'decode': self.decode_passes,
                 'diffusion': self.diffusion_steps}[repeats]
+
+    def resolved(self, profile: Profile) -> Workload:
+        """Return this workload with the profile's batch, guidance and cameras where None."""
+        measured = profile.workload
+        return dataclasses.replace(
+            self, num_samples=measured.num_samples if self.num_samples is None
+            else self.num_samples,
+            guidance=measured.guidance if self.guidance is None else self.guidance,
+            cameras=(measured.cameras or None) if self.cameras is None else self.cameras)
+
+
+# The `alpamayo-offload profile` option that sets each workload term, for refusal messages.
+_PROFILE_OPTION = {'num_samples': '--num-samples {}', 'guidance': '--guidance-weight W',
+                   'cameras': '--cameras {}'}
+
+
+def check_workload(profile: Profile, workload: Workload) -> None:
+    """Refuse (`WorkloadError`, naming the term) a workload the profile did not measure.
+
+    Batch, guidance and cameras must be the profile's (None: as profiled); a profile that did
+    not record its cameras (0) is not checked for them.
+    """
+    measured = profile.workload
+    wanted = {'num_samples': workload.num_samples, 'guidance': workload.guidance,
+              'cameras': workload.cameras}
+    have = {'num_samples': measured.num_samples, 'guidance': measured.guidance,
+            'cameras': measured.cameras or None}
+    for name, value in wanted.items():
+        if value is None or have[name] is None or value == have[name]:
+            continue
+        if name == 'guidance':
+            fix = '--guidance-weight W' if value else 'no --guidance-weight'
+        else:
+            fix = _PROFILE_OPTION[name].format(value)
+        raise WorkloadError(
+            f'workload {name} {value!r} differs from the profile\'s {have[name]!r}: layer '
+            f'compute is measured at the profile\'s workload and not scaled to another (a '
+            f'batch reads the same streamed bytes but computes more); profile at this one with '
+            f'`alpamayo-offload profile {fix}`')
 
 
 def _cleaned(table: Mapping[str, Iterable[int]] | None) -> dict[str, frozenset[int]]:
@@ -307,6 +372,10 @@ def _head_steps(profile: Profile, pipeline: Pipeline) -> tuple[_Step, ...]:
                  for k, b in enumerate(profile.head_chunks()))
 
 
+# LM phases whose pass does not run the head: guidance's refeed only fills the unguided cache.
+_HEADLESS = frozenset({'refeed'})
+
+
 def _schedule(profile: Profile, workload: Workload, placement: Placement,
               pipeline: Pipeline) -> list[_Pass]:
     copy = _copy_ms(profile, pipeline)
@@ -318,8 +387,8 @@ def _schedule(profile: Profile, workload: Workload, placement: Placement,
         eager = phase.host_streamed_issue_ms()
         steps = tuple((seq.name, i, exe[i], copy[seq.name][i], seq.layer_bytes[i], host[i],
                        eager[i]) for i in range(seq.n_layers))
-        if seq.name == 'lm':
-            steps += head        # every LM pass ends with the head (last logits, each token's)
+        if seq.name == 'lm' and phase.name not in _HEADLESS:
+            steps += head        # an LM pass ends with the head (last logits, each token's)
         gather = phase.embed_host_ms if placement.embed_on_host else 0.0
         lead = phase.host_lead_ms + gather
         waits = phase.host_waits or gather > 0
@@ -335,8 +404,12 @@ def _schedule(profile: Profile, workload: Workload, placement: Placement,
 
 def predict(profile: Profile, placement: Placement, workload: Workload = Workload(),
             pipeline: Pipeline = Pipeline.PIPELINED) -> Prediction:
-    """Replay one inference under `placement` and return its latency with per-phase terms."""
+    """Replay one inference under `placement` and return its latency with per-phase terms.
+
+    Refuses a workload of another batch, guidance or camera count (`check_workload`).
+    """
     placement.validate(profile)
+    check_workload(profile, workload)
     resident = {(s, i) for s, idx in placement.resident.items() for i in idx}
     kept = {(s, i) for s, idx in placement.compressed.items() for i in idx}
     packed = _packed(profile, placement, pipeline)

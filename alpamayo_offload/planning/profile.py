@@ -35,6 +35,11 @@ MIGRATIONS = {6: 'version 6 lacks the compression terms (compressed bytes, decom
                  'SM contention); to keep its other terms with compression "not measured" (the '
                  'planner then never compresses), run `python -m bench.migrate_profile PATH` '
                  'from a source checkout'}
+# Phases of navigation guidance's unguided branch, after decode: the unguided prompt's prefill
+# and the teacher-forced refeed of the guided tokens (one language-model pass each).
+GUIDANCE_PHASES = frozenset({'unguided', 'refeed'})
+# Most cameras a model takes (the release's seven slots).
+MAX_CAMERAS = 7
 # How the pass count of a phase is set at prediction time: once per inference, once per decode
 # pass (the paper's N), once per diffusion step.
 REPEATS = ('once', 'decode', 'diffusion')
@@ -292,8 +297,40 @@ class VramProfile:
 
 
 @dataclass(frozen=True)
+class ProfiledWorkload:
+    """The inference a profile measured: its batch, navigation guidance, cameras and passes.
+
+    Layer compute and the working set are measured at this workload, never scaled from another:
+    `num_samples` rows decode and denoise together (the expert runs twice as many rows with
+    `guidance`, guided and unguided stacked); `guidance` (navigation classifier-free guidance)
+    adds two language-model passes after decode, the unguided prompt's prefill and the refeed
+    of the guided tokens (the phases `GUIDANCE_PHASES`); `cameras` sets the prompt length (0:
+    not recorded, the model family's release cameras, and not checked). `decode_tokens` and
+    `diffusion_steps` are the passes the profiling run made (0: not recorded; the phases'
+    measured passes say it). A profile written before this record existed measured one sample
+    without guidance, which these defaults say.
+    """
+
+    num_samples: int = 1
+    guidance: bool = False
+    cameras: int = 0
+    decode_tokens: int = 0
+    diffusion_steps: int = 0
+
+    def __post_init__(self) -> None:
+        if self.num_samples < 1:
+            raise ValueError(f'ProfiledWorkload.num_samples = {self.num_samples}; must be >= 1')
+        if not 0 <= self.cameras <= MAX_CAMERAS:
+            raise ValueError(f'ProfiledWorkload.cameras = {self.cameras}; allowed 1..'
+                             f'{MAX_CAMERAS}, or 0 (not recorded)')
+        for name in ('decode_tokens', 'diffusion_steps'):
+            if getattr(self, name) < 0:
+                raise ValueError(f'ProfiledWorkload.{name} = {getattr(self, name)}; must be >= 0')
+
+
+@dataclass(frozen=True)
 class Profile:
-    """One profiling run; `phases` are in execution order."""
+    """One profiling run; `phases` are in execution order; `workload` is what it measured."""
 
     model_identity: str
     machine: MachineInfo
@@ -303,6 +340,7 @@ class Profile:
     host_ms: float = 0.0            # serial CPU time per inference (pre-/post-processing)
     settings: Mapping[str, Any] = field(default_factory=dict)
     created_at: str = ''
+    workload: ProfiledWorkload = field(default_factory=ProfiledWorkload)
 
     def __post_init__(self) -> None:
         names = [s.name for s in self.sequences]
@@ -318,6 +356,10 @@ class Profile:
                 raise ValueError(f'Profile phase {phase.name!r} has {len(phase.exe_ms[0])} layers, '
                                  f'sequence {seq.name!r} has {seq.n_layers}')
         _check_nonneg('Profile', 'host_ms', (self.host_ms,))
+        present = sorted(GUIDANCE_PHASES & {p.name for p in self.phases})
+        if present and not self.workload.guidance:
+            raise ValueError(f'Profile phases {present} run only with navigation guidance, '
+                             'but workload.guidance is false')
 
     def sequence(self, name: str) -> SequenceProfile:
         """Return the sequence called `name`."""
@@ -412,6 +454,7 @@ class Profile:
                 host_ms=float(data['host_ms']),
                 settings=dict(data['settings']),
                 created_at=str(data['created_at']),
+                workload=ProfiledWorkload(**data.get('workload', {})),  # optional: older files
             )
         except (KeyError, TypeError, ValueError) as err:
             raise ProfileFormatError(f'profile is malformed ({type(err).__name__}: {err}); '

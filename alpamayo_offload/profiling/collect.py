@@ -3,7 +3,9 @@
 Pure: it reads the runtime's per-call records duck-typed (`sequence`, `layer`, `repetition`,
 `dma_ms`, `exe_ms`, `bytes`), so it is tested on CPU with records built by hand. The mapping of
 sequence repetitions to phases is Alpamayo's: the ViT runs once (vision), the language model
-once for prefill and then once per decode pass, the expert once per diffusion step.
+once for prefill and then once per decode pass (with navigation guidance then once more for the
+unguided prompt's prefill and once for the refeed of the guided tokens), the expert once per
+diffusion step.
 
 `with_host_terms` adds what a second, host-timed run measured: the CPU time to issue each layer
 call and the CPU time of each pass outside its layers. `with_footprints` adds each layer's
@@ -25,23 +27,52 @@ from alpamayo_offload.planning.profile import (
     MachineInfo,
     PhaseProfile,
     Profile,
+    ProfiledWorkload,
     SequenceProfile,
     VramProfile,
 )
 
 LOG = logging.getLogger(__name__)
 
-# sequence -> [(phase, repeats kind, number of leading repetitions or None for "the rest")]
-PHASES_OF_SEQUENCE: Mapping[str, tuple[tuple[str, str, int | None], ...]] = {
+# One phase of a sequence's repetitions: (phase, repeats kind, number of repetitions in order,
+# or None for those the sequence's other phases leave).
+_PhaseSlice = tuple[str, str, int | None]
+# sequence -> its phases, in the order their repetitions run.
+PHASES_OF_SEQUENCE: Mapping[str, tuple[_PhaseSlice, ...]] = {
     'vit': (('vision', 'once', None),),
     'lm': (('prefill', 'once', 1), ('decode', 'decode', None)),
     'expert': (('diffusion', 'diffusion', None),),
 }
+# With navigation guidance the language model runs two more passes after decode: the unguided
+# prompt's prefill and the refeed of the guided tokens (model/inference.py `unguided_context`).
+GUIDED_PHASES_OF_SEQUENCE: Mapping[str, tuple[_PhaseSlice, ...]] = {
+    **PHASES_OF_SEQUENCE,
+    'lm': (('prefill', 'once', 1), ('decode', 'decode', None), ('unguided', 'once', 1),
+           ('refeed', 'once', 1)),
+}
 
-# Phases whose passes start by reading a device value on the host, whatever the plan: the prefill
-# checks the image-token count (`int(image_mask.sum())` in model/inference.py). Decode passes do
-# so only with the embedding on the host (the predictor adds that wait with the gather).
-HOST_WAITS = frozenset({'prefill'})
+# Phases whose passes start by reading a device value on the host, whatever the plan: a prefill
+# checks the image-token count (`int(image_mask.sum())` in model/inference.py), the guided one
+# and the unguided one alike. Decode passes do so only with the embedding on the host (the
+# predictor adds that wait with the gather).
+HOST_WAITS = frozenset({'prefill', 'unguided'})
+
+
+def phases_of_sequence(guidance: bool) -> Mapping[str, tuple[_PhaseSlice, ...]]:
+    """Return each sequence's phases for a run with or without navigation guidance."""
+    return GUIDED_PHASES_OF_SEQUENCE if guidance else PHASES_OF_SEQUENCE
+
+
+def _split(order: list[Any], phases: Sequence[_PhaseSlice]) -> list[tuple[str, str, list[Any]]]:
+    """Deal a sequence's repetitions, in order, to its phases: (phase, repeats, repetitions)."""
+    fixed = sum(count for _, _, count in phases if count is not None)
+    rest = max(0, len(order) - fixed)
+    out = []
+    for phase, repeats, count in phases:
+        n = rest if count is None else count
+        out.append((phase, repeats, order[:n]))
+        order = order[n:]
+    return out
 # A call whose compute exceeds this many times its layer's median over passes is reported.
 _OUTLIER_FACTOR = 5.0
 
@@ -57,13 +88,18 @@ def _has(record: Any, name: str) -> bool:
 def build_profile(calls: Iterable[Any], phase_wall_ms: Mapping[str, float], *,
                   model_identity: str, machine: MachineInfo, vram: VramProfile,
                   host_ms: float = 0.0, embed_host_ms: Mapping[str, float] | None = None,
-                  settings: Mapping[str, Any] | None = None, created_at: str = '') -> Profile:
+                  settings: Mapping[str, Any] | None = None, created_at: str = '',
+                  workload: ProfiledWorkload | None = None) -> Profile:
     """Build a profile from per-call records of a sequential run with nothing resident.
 
     DMA per layer is the median over its calls (the copy does not depend on the phase);
     compute is kept per pass. A phase's non-layer time is its wall time minus its layers'
-    copy and compute time, spread evenly over its passes.
+    copy and compute time, spread evenly over its passes. `workload` is what the run ran (None:
+    one sample without guidance); with guidance its last two language-model passes are the
+    phases 'unguided' and 'refeed'.
     """
+    workload = workload or ProfiledWorkload()
+    layout = phases_of_sequence(workload.guidance)
     table: dict[str, dict[int, dict[int, tuple[float, float, int]]]] = defaultdict(
         lambda: defaultdict(dict))
     for rec in calls:
@@ -71,7 +107,7 @@ def build_profile(calls: Iterable[Any], phase_wall_ms: Mapping[str, float], *,
             int(_field(rec, 'layer'))] = (float(_field(rec, 'dma_ms')),
                                           float(_field(rec, 'exe_ms')), int(_field(rec, 'bytes')))
     sequences, phases = [], []
-    for name in (n for n in PHASES_OF_SEQUENCE if n in table):
+    for name in (n for n in layout if n in table):
         reps = table[name]
         n_layers = 1 + max(max(r) for r in reps.values())
         for rep, layers in sorted(reps.items()):
@@ -82,9 +118,7 @@ def build_profile(calls: Iterable[Any], phase_wall_ms: Mapping[str, float], *,
         dma = tuple(statistics.median(reps[r][i][0] for r in reps) for i in range(n_layers))
         nbytes = tuple(max(reps[r][i][2] for r in reps) for i in range(n_layers))
         sequences.append(SequenceProfile(name, nbytes, dma))
-        order = sorted(reps)
-        for phase, repeats, count in PHASES_OF_SEQUENCE[name]:
-            taken, order = (order[:count], order[count:]) if count else (order, [])
+        for phase, repeats, taken in _split(sorted(reps), layout[name]):
             if not taken:
                 continue
             exe = tuple(tuple(reps[r][i][1] for i in range(n_layers)) for r in taken)
@@ -98,7 +132,7 @@ def build_profile(calls: Iterable[Any], phase_wall_ms: Mapping[str, float], *,
     if not sequences:
         raise ProfileFormatError('no layer calls recorded; run the engine with instrument=True')
     return Profile(model_identity, machine, tuple(sequences), tuple(phases), vram, host_ms,
-                   dict(settings or {}), created_at)
+                   dict(settings or {}), created_at, workload)
 
 
 def _warn_outliers(phase: str, exe: tuple[tuple[float, ...], ...]) -> None:
@@ -117,9 +151,12 @@ def _warn_outliers(phase: str, exe: tuple[tuple[float, ...], ...]) -> None:
 _HostCall = tuple[float, float, float, float | None]
 
 
-def _host_table(host_calls: Iterable[Any], resident_only: bool = False
+def _host_table(host_calls: Iterable[Any], guidance: bool, resident_only: bool = False
                 ) -> dict[str, list[dict[int, _HostCall]]]:
-    """Per phase, its passes of every run: layer -> its `_HostCall`."""
+    """Per phase, its passes of every run: layer -> its `_HostCall`.
+
+    `guidance`: the runs ran navigation guidance (two more language-model phases).
+    """
     table: dict[tuple[int, str], dict[int, dict[int, _HostCall]]] = defaultdict(
         lambda: defaultdict(dict))
     for rec in host_calls:
@@ -135,8 +172,7 @@ def _host_table(host_calls: Iterable[Any], resident_only: bool = False
     by_phase: dict[str, list[dict[int, _HostCall]]] = defaultdict(list)
     for (_run, name), reps in sorted(table.items()):
         order = [reps[r] for r in sorted(reps)]
-        for phase, _repeats, count in PHASES_OF_SEQUENCE.get(name, ()):
-            taken, order = (order[:count], order[count:]) if count else (order, [])
+        for phase, _repeats, taken in _split(order, phases_of_sequence(guidance).get(name, ())):
             by_phase[phase].extend(taken)
     return dict(by_phase)
 
@@ -179,9 +215,10 @@ def with_host_terms(profile: Profile, host_calls: Iterable[Any], *,
     (`host_streamed_layer_ms`), which are never graphed. The first call of a pass recording
     `prologue_ms` in every pass gives `host_prologue_ms` (their median).
     """
-    by_phase = _host_table(host_calls)
-    resident_by_phase = _host_table(resident_calls, resident_only=True)
-    eager_by_phase = _host_table(eager_calls, resident_only=True)
+    guidance = profile.workload.guidance
+    by_phase = _host_table(host_calls, guidance)
+    resident_by_phase = _host_table(resident_calls, guidance, resident_only=True)
+    eager_by_phase = _host_table(eager_calls, guidance, resident_only=True)
     phases = []
     for phase in profile.phases:
         passes = by_phase.get(phase.name)

@@ -21,6 +21,7 @@ from alpamayo_offload.planning.identity import model_identity
 from alpamayo_offload.planning.params import (
     MODULES,
     PlanParams,
+    PlanWorkload,
     profile_ref,
     read_plan_params,
     write_plan_params,
@@ -53,6 +54,15 @@ def register(subparsers: Any) -> None:
     p.add_argument('--diffusion-steps', type=int, default=10)
     p.add_argument('--warmup', type=int, default=1, help='untimed runs before the measured one')
     p.add_argument('--seed', type=int, default=0)
+    p.add_argument('--num-samples', type=int, default=1,
+                   help="trajectories per inference to profile (the node's decode.num_samples; "
+                        'default %(default)s)')
+    p.add_argument('--guidance-weight', type=float, default=None,
+                   help="profile with navigation guidance at this weight (the node's "
+                        'navigation.guidance_weight; Alpamayo 1.5 or 2 Super; default: off)')
+    p.add_argument('--cameras', type=int, default=None,
+                   help="cameras to profile (the length of the node's cameras.slots; default: "
+                        "the model family's release cameras)")
     p.add_argument('--per-op-norms', action='store_true',
                    help="time transformers' op-by-op RMSNorm instead of the fused one (for a "
                         'node run with fused_norms: false)')
@@ -97,6 +107,15 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument('--model', default=None,
                    help='model in use (preset or checkpoint); refuses a profile of another one')
     p.add_argument('--force', action='store_true', help='use a profile from another GPU or model')
+    p.add_argument('--num-samples', type=int, default=None,
+                   help="the node's decode.num_samples; refused unless the profile measured "
+                        'it (default: as profiled)')
+    p.add_argument('--guidance', choices=('on', 'off'), default=None,
+                   help="navigation guidance in the node (navigation.guidance_weight > 0); "
+                        'refused unless the profile measured it (default: as profiled)')
+    p.add_argument('--cameras', type=int, default=None,
+                   help="the node's camera count (cameras.slots); refused unless the profile "
+                        'measured it (default: as profiled)')
     p.add_argument('--compression', choices=COMPRESSION_CHOICES, default='auto',
                    help="auto: compress layers where the profile measured compression and it "
                         "pays; off: never; on: only compressed plans (default %(default)s)")
@@ -111,7 +130,13 @@ def _options(args: argparse.Namespace, profile: Profile) -> PlannerOptions:
         raise PlanningError(f'--max-decode-tokens {args.max_decode_tokens}: give at least 1')
     if not 1.0 <= args.cpu_headroom <= 4.0:
         raise PlanningError(f'--cpu-headroom {args.cpu_headroom}: give 1 (the profiled CPU) to 4')
-    return PlannerOptions(workload=Workload(decode, steps), pipeline=Pipeline(args.pipeline),
+    try:
+        workload = Workload(decode, steps, args.num_samples,
+                            None if args.guidance is None else args.guidance == 'on',
+                            args.cameras).resolved(profile)
+    except ValueError as err:
+        raise PlanningError(str(err)) from err
+    return PlannerOptions(workload=workload, pipeline=Pipeline(args.pipeline),
                           allow_embed_on_host=not args.no_embed_on_host,
                           sequences=tuple(m.strip() for m in args.modules.split(',') if m.strip()),
                           max_decode_tokens=args.max_decode_tokens,
@@ -150,9 +175,15 @@ def _resolve_budget(spec: str, profile: Profile, free: int | None) -> int:
 
 
 def plan_file_params(profile: Profile, result: PlanResult, budget: int, ref: str,
-                     cpu_headroom: float = 1.0) -> PlanParams:
-    """Build the parameter file of a planner result: placement, prediction, CPU it assumes."""
+                     cpu_headroom: float = 1.0, workload: Workload | None = None) -> PlanParams:
+    """Build the parameter file of a planner result: placement, prediction, CPU it assumes.
+
+    The file records the workload planned for (`workload`, None: the profile's own passes;
+    batch, guidance and cameras the profile's wherever the workload leaves them None).
+    """
     placement, prediction = result.placement, result.prediction
+    planned = (workload or Workload(profile.measured_passes('decode'),
+                                    profile.measured_passes('diffusion'))).resolved(profile)
     return PlanParams(resident={m: placement.indices(m) for m in MODULES},
                       embed_on_host=placement.embed_on_host,
                       compressed={m: placement.compressed_indices(m) for m in MODULES},
@@ -163,19 +194,25 @@ def plan_file_params(profile: Profile, result: PlanResult, budget: int, ref: str
                       cpu_sensitive_phases=','.join(prediction.cpu_sensitive_phases()),
                       cpu_headroom=cpu_headroom,
                       predicted_ms=predicted_stage_ms(prediction),
-                      cpu_budget=cpu_budget(profile, prediction, cpu_headroom))
+                      cpu_budget=cpu_budget(profile, prediction, cpu_headroom),
+                      workload=PlanWorkload(num_samples=int(planned.num_samples or 1),
+                                            guidance=bool(planned.guidance),
+                                            cameras=planned.cameras or 0,
+                                            decode_passes=planned.decode_passes,
+                                            diffusion_steps=planned.diffusion_steps))
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
     try:
         profile, digest, free = _load_checked(args)
         budget = _resolve_budget(args.budget, profile, free)
-        result = plan(profile, budget, _options(args, profile))
+        options = _options(args, profile)
+        result = plan(profile, budget, options)
     except PlanningError as err:
         LOG.error('%s', err)
         return 2
     params = plan_file_params(profile, result, budget, profile_ref(args.profile, digest),
-                              args.cpu_headroom)
+                              args.cpu_headroom, options.workload)
     header = (f'Written by `alpamayo-offload plan --budget {args.budget}` '
               f'({result.strategy}, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%dT%H:%MZ})'
               f'\nVRAM needed {format_bytes(result.vram.total)} with decode.max_tokens '
@@ -184,7 +221,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
               f'-1 in resident_layers (compressed_layers) means no layer of that module is '
               f'resident (kept compressed).')
     write_plan_params(args.out, params, header)
-    sys.stdout.write(_describe(profile, result.placement, _options(args, profile)) + '\n')
+    sys.stdout.write(_describe(profile, result.placement, options) + '\n')
     sys.stdout.write(f'wrote {args.out}\n')
     return 0
 
@@ -291,13 +328,25 @@ def _cmd_profile(args: argparse.Namespace) -> int:
         profile = gpu_profile.run_profile(
             model=args.model, device=args.device, decode_tokens=args.decode_tokens,
             diffusion_steps=args.diffusion_steps, warmup=args.warmup, seed=args.seed,
-            fused_norms=not args.per_op_norms)
+            fused_norms=not args.per_op_norms, num_samples=args.num_samples,
+            guidance_weight=args.guidance_weight, cameras=args.cameras)
     except PlanningError as err:
         LOG.error('%s', err)
         return 2
     digest = save_profile(profile, args.out)
-    sys.stdout.write(f'wrote {args.out} (sha256 {digest[:16]})\n{_summary(profile)}\n')
+    sys.stdout.write(f'wrote {args.out} (sha256 {digest[:16]})\n{workload_line(profile)}\n'
+                     f'{_summary(profile)}\n')
     return 0
+
+
+def workload_line(profile: Profile) -> str:
+    """Say the workload a profile measured in one line (what its plans are for)."""
+    measured = profile.workload
+    cameras = measured.cameras or "the family's release"
+    return (f'workload: {measured.num_samples} sample(s), navigation guidance '
+            f'{"on" if measured.guidance else "off"}, {cameras} cameras, '
+            f'{profile.measured_passes("decode")} decode passes, '
+            f'{profile.measured_passes("diffusion")} diffusion steps')
 
 
 def _summary(profile: Profile) -> str:

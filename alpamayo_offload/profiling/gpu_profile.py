@@ -22,7 +22,7 @@ from typing import Any
 from alpamayo_offload.planning.errors import PlanningError
 from alpamayo_offload.planning.identity import model_identity
 from alpamayo_offload.planning.predictor import Placement
-from alpamayo_offload.planning.profile import MachineInfo, Profile, VramProfile
+from alpamayo_offload.planning.profile import MachineInfo, Profile, ProfiledWorkload, VramProfile
 from alpamayo_offload.profiling.collect import (
     build_profile,
     with_fitted_tails,
@@ -32,7 +32,8 @@ from alpamayo_offload.profiling.collect import (
 from alpamayo_offload.profiling.compression import add_compression_terms
 
 LOG = logging.getLogger(__name__)
-_PHASES = ('vision', 'prefill', 'decode', 'diffusion')
+# The profile phases of navigation guidance's two 'unguided' passes, in the order they run.
+_UNGUIDED_PHASES = ('unguided', 'refeed')
 # VRAM left unused by the host-timing run with layers resident (allocator fragmentation).
 _CALIBRATION_MARGIN = 2**30
 # Host-timed inferences per plan the profiler times (`host_issue_calls`).
@@ -95,7 +96,8 @@ def embed_host_ms(torch: Any, rows: int, hidden: int, repeats: int = 5) -> float
 
 
 def run_profile(*, model: str, device: str, decode_tokens: int, diffusion_steps: int,
-                warmup: int, seed: int, fused_norms: bool = True) -> Profile:
+                warmup: int, seed: int, fused_norms: bool = True, num_samples: int = 1,
+                guidance_weight: float | None = None, cameras: int | None = None) -> Profile:
     """Build the engine in sequential mode with nothing resident and profile one inference.
 
     Then the host terms (`add_host_terms`) and the compression terms
@@ -103,6 +105,9 @@ def run_profile(*, model: str, device: str, decode_tokens: int, diffusion_steps:
 
     The input is the fixed example with its frames already at the model's size, as the node
     delivers them, so the profile's host pre/postprocessing is the node's, not a 1080p resize.
+    The inference is the workload to plan for: `num_samples` trajectories, navigation guidance
+    with `guidance_weight` (None or 0: off), `cameras` cameras (None: the family's release
+    cameras); the profile records it (`Profile.workload`).
     """
     import torch
 
@@ -111,20 +116,71 @@ def run_profile(*, model: str, device: str, decode_tokens: int, diffusion_steps:
                             f'{torch.cuda.is_available()}); run it on the target machine')
     from alpamayo_offload.engine import Engine, EngineConfig  # the engine imports planning
 
-    config = EngineConfig(
-        model=model, device=device, mode='sequential', budget_bytes=None, resident={},
-        max_decode_tokens=decode_tokens, fixed_decode_tokens=decode_tokens,
-        diffusion_steps=diffusion_steps, seed=seed, fused_norms=fused_norms,
-        pin_all_layers=True, instrument=True)   # nothing resident pins it all anyway
+    if guidance_weight is not None and not guidance_weight >= 0:
+        raise PlanningError(f'--guidance-weight {guidance_weight}: give a weight > 0, or 0 (no '
+                            "guidance, as the node's navigation.guidance_weight 0)")
+    guidance_weight = guidance_weight or None
+    try:
+        config = EngineConfig(
+            model=model, device=device, mode='sequential', budget_bytes=None, resident={},
+            max_decode_tokens=decode_tokens, fixed_decode_tokens=decode_tokens,
+            diffusion_steps=diffusion_steps, seed=seed, fused_norms=fused_norms,
+            num_samples=num_samples, guidance_weight=guidance_weight, num_cameras=cameras,
+            pin_all_layers=True, instrument=True)   # nothing resident pins it all anyway
+    except ValueError as err:
+        raise PlanningError(f'cannot profile this workload: {err}') from err
     engine = Engine.from_config(config)
     torch.cuda.synchronize()
     profile = profile_engine(engine, model=model, loaded_bytes=torch.cuda.memory_allocated(),
                              warmup=warmup, settings={'decode_tokens': decode_tokens,
                                                       'diffusion_steps': diffusion_steps,
                                                       'seed': seed})
-    model_input = engine.example_input(presized=True)
+    model_input = profiling_input(engine)
     profile = add_host_terms(engine, model_input, profile, runs=3)
     return add_compression_terms(engine, model_input, profile)
+
+
+# The route text of a profiled input with navigation guidance (its length barely matters: the
+# prompt holds a few route tokens among thousands of image tokens).
+PROFILE_ROUTE = 'turn left at the next intersection, then continue straight'
+
+
+def profiling_input(engine: Any) -> Any:
+    """Return the engine's fixed input, presized, with a route text where it runs guidance.
+
+    Guidance runs only for an input with a route text, which needs a model that reads one.
+    """
+    model_input = engine.example_input(presized=True)   # as the node delivers frames
+    if engine.config.guidance_weight is None:
+        return model_input
+    if not engine.model.cfg.camera_text:
+        raise PlanningError(f'--guidance-weight needs a model that reads a route text (Alpamayo '
+                            f'1.5 or 2 Super); {engine.config.model!r} does not')
+    return dataclasses.replace(model_input, nav_text=PROFILE_ROUTE)
+
+
+def run_workload(engine: Any, model_input: Any, result: Any) -> ProfiledWorkload:
+    """Return the workload of a profiled inference: batch, guidance, cameras, passes."""
+    return ProfiledWorkload(num_samples=int(engine.config.num_samples),
+                            guidance=bool(result.guided), cameras=len(model_input.images),
+                            decode_tokens=int(result.decode_tokens),
+                            diffusion_steps=int(result.diffusion_steps))
+
+
+def phase_walls_ms(result: Any) -> dict[str, float]:
+    """Return each profile phase's wall in one engine result (ms), from its passes.
+
+    Navigation guidance's two 'unguided' passes are the phases 'unguided' (the unguided
+    prompt's prefill) and 'refeed', in that order; the result's timings count both as prefill.
+    """
+    walls: dict[str, float] = {}
+    unguided = 0
+    for phase, seconds in result.passes:
+        if phase == 'unguided':
+            phase = _UNGUIDED_PHASES[min(unguided, len(_UNGUIDED_PHASES) - 1)]
+            unguided += 1
+        walls[phase] = walls.get(phase, 0.0) + 1000.0 * float(seconds)
+    return walls
 
 
 def host_cpu_name() -> str:
@@ -148,7 +204,7 @@ def profile_engine(engine: Any, *, model: str, loaded_bytes: int, warmup: int,
     """
     import torch
 
-    model_input = engine.example_input(presized=True)   # as the node delivers frames
+    model_input = profiling_input(engine)
     for _ in range(warmup):
         engine.infer(model_input)
     engine.runtime_stats(reset=True)
@@ -168,8 +224,15 @@ def profile_engine(engine: Any, *, model: str, loaded_bytes: int, warmup: int,
     hidden = info.hidden_size
     prompt = info.prompt_tokens
     timings = result.timings
+    workload = run_workload(engine, model_input, result)
+    rows = workload.num_samples
+    gathers = {'prefill': embed_host_ms(torch, prompt, hidden),
+               'decode': embed_host_ms(torch, rows, hidden)}
+    if workload.guidance:   # the unguided prompt, then every row's generated tokens at once
+        gathers.update(unguided=gathers['prefill'],
+                       refeed=embed_host_ms(torch, rows * (workload.decode_tokens + 1), hidden))
     profile = build_profile(
-        calls, {p: 1000.0 * float(timings[p]) for p in _PHASES if p in timings},
+        calls, phase_walls_ms(result),
         model_identity=model_identity(model),
         machine=MachineInfo(gpu_name=torch.cuda.get_device_name(),
                             driver=info.driver,
@@ -182,12 +245,12 @@ def profile_engine(engine: Any, *, model: str, loaded_bytes: int, warmup: int,
         vram=engine_vram(engine, context_bytes=max(0, total - free - torch.cuda.memory_reserved())),
         host_ms=1000.0 * (float(timings.get('preprocess', 0.0))
                           + float(timings.get('postprocess', 0.0))),
-        embed_host_ms={'prefill': embed_host_ms(torch, prompt, hidden),
-                       'decode': embed_host_ms(torch, 1, hidden)},
+        embed_host_ms=gathers,
         settings={**settings, 'decode_tokens_measured': result.decode_tokens,
                   'measured_working_set_bytes': max(0, peak - loaded_bytes),
                   'prompt_tokens': prompt, 'mode': 'sequential'},
-        created_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'))
+        created_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'),
+        workload=workload)
     return with_footprints(profile, {name: [(f.resident_bytes, f.slot_bytes) for f in sizes]
                                      for name, sizes in engine.layer_footprints().items()})
 
@@ -314,8 +377,9 @@ def _phase_walls_ms(results: list[Any], decode_passes: int) -> dict[str, float]:
     Decode only if every run made the profile's `decode_passes`: a checkpoint that stops at its
     own end token may not, and the fit replays the profile's pass count.
     """
-    walls = {p: 1000 * statistics.median(r.timings[p] for r in results) for p in _PHASES
-             if p in results[0].timings}
+    each = [phase_walls_ms(r) for r in results]
+    walls = {p: statistics.median(w[p] for w in each) for p in each[0]
+             if all(p in w for w in each)}
     if any(r.decode_tokens != decode_passes for r in results):
         LOG.warning('decode made %s passes, the profile %d: its non-layer time is not fitted',
                     sorted({r.decode_tokens for r in results}), decode_passes)
@@ -359,6 +423,10 @@ def add_host_terms(engine: Any, model_input: Any, profile: Profile, runs: int) -
     later run can tell how fast the CPU was then. The engine is left pipelined with nothing
     resident (a second `host_issue_calls` may follow).
     """
+    if profile.workload.guidance and getattr(model_input, 'nav_text', None) is None:
+        raise PlanningError('the profile ran navigation guidance but this input has no route '
+                            'text, so its runs would not; time the input of '
+                            '`profiling_input(engine)`')
     import torch
 
     torch.cuda.set_per_process_memory_fraction(1.0)

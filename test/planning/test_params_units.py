@@ -13,6 +13,7 @@ from alpamayo_offload.planning.params import (
     PARAM_KEYS,
     PREDICTED_STAGES,
     PREDICTION_KEYS,
+    WORKLOAD_KEYS,
     PlanParams,
     read_plan_params,
     resident_from_param,
@@ -46,7 +47,7 @@ def test_yaml_has_exact_keys_and_round_trips(tmp_path: Path) -> None:
     assert list(raw) == ['/**'] and list(raw['/**']) == ['ros__parameters']
     flat = flatten_parameters(raw['/**']['ros__parameters'])
     assert tuple(flat) == tuple(k for k in PARAM_KEYS
-                                if k not in COMPRESSION_KEYS + PREDICTION_KEYS)
+                                if k not in COMPRESSION_KEYS + PREDICTION_KEYS + WORKLOAD_KEYS)
     assert flat['resident_layers.vit'] == [-1] and flat['resident_layers.lm'] == [0, 7, 14]
     assert isinstance(flat['embed_on_host'], bool) and flat['vram_budget'] == '12.000GiB'
     back = read_plan_params(path)
@@ -98,8 +99,8 @@ def test_compressed_layers_and_compression_round_trip(tmp_path: Path) -> None:
                                                                           'expert': (1,)},
                                        compression='on'))
     flat = flatten_parameters(yaml.safe_load(path.read_text())['/**']['ros__parameters'])
-    assert tuple(flat) == tuple(k for k in PARAM_KEYS
-                                if k != 'fused_norms' and k not in PREDICTION_KEYS)
+    assert tuple(flat) == tuple(k for k in PARAM_KEYS if k != 'fused_norms'
+                                and k not in PREDICTION_KEYS + WORKLOAD_KEYS)
     assert flat['compressed_layers.lm'] == [2, 5] and flat['compressed_layers.vit'] == [-1]
     assert flat['compression'] == 'on'
     back = read_plan_params(path)
@@ -150,7 +151,8 @@ def test_ros_reads_the_file_with_typed_integer_arrays(tmp_path: Path) -> None:
     write_plan_params(path, PlanParams(resident={'lm': (0, 3)}, vram_budget='8GiB',
                                        fused_norms=True))
     got = parameter_dict_from_yaml_file(str(path), use_wildcard=True)
-    assert set(got) == set(PARAM_KEYS) - set(COMPRESSION_KEYS) - set(PREDICTION_KEYS)
+    assert set(got) == set(PARAM_KEYS) - set(COMPRESSION_KEYS) - set(PREDICTION_KEYS) \
+        - set(WORKLOAD_KEYS)
     vit = Parameter.from_parameter_msg(got['resident_layers.vit'])
     assert vit.type_ is Parameter.Type.INTEGER_ARRAY and list(vit.value) == [-1]
     assert list(Parameter.from_parameter_msg(got['resident_layers.lm']).value) == [0, 3]

@@ -50,3 +50,37 @@ def test_profile_times_layer_issue_and_streaming_hooks_apart() -> None:
     assert engine.info.required_bytes == got.vram.total <= budget
     engine.close()
     torch.cuda.empty_cache()
+
+
+@pytest.mark.cuda
+def test_a_profile_at_two_samples_with_guidance_plans_that_workload() -> None:
+    import torch
+
+    from alpamayo_offload.engine import Engine, EngineConfig
+    from alpamayo_offload.planning import PlannerOptions, Workload, WorkloadError, plan
+    from alpamayo_offload.planning.planner import minimum_budget
+    from alpamayo_offload.planning.profile import ProfiledWorkload
+    from alpamayo_offload.profiling.gpu_profile import profiling_input, run_profile
+
+    profile = run_profile(model='tiny-1.5', device='cuda', decode_tokens=4, diffusion_steps=2,
+                          warmup=1, seed=0, num_samples=2, guidance_weight=1.5)
+    assert profile.workload == ProfiledWorkload(2, True, 4, 4, 2)
+    assert [p.name for p in profile.phases] == ['vision', 'prefill', 'decode', 'unguided',
+                                                'refeed', 'diffusion']
+    for phase in profile.phases:
+        assert all(ms > 0 for ms in phase.host_layer_ms), phase.name
+    with pytest.raises(WorkloadError, match='guidance'):
+        plan(profile, 2**40, PlannerOptions(workload=Workload(4, 2, guidance=False)))
+    budget = (minimum_budget(profile, max_decode_tokens=32)
+              + profile.sequence('lm').resident_footprint(0))
+    got = plan(profile, budget, PlannerOptions(workload=Workload(4, 2), max_decode_tokens=32))
+    engine = Engine.from_config(EngineConfig(model='tiny-1.5', device='cuda', num_samples=2,
+                                             guidance_weight=1.5, max_decode_tokens=32,
+                                             fixed_decode_tokens=4, diffusion_steps=2))
+    engine.replan(resident={s: got.placement.indices(s) for s in ('vit', 'lm', 'expert')},
+                  mode='pipelined', budget_bytes=budget,
+                  embed_on_host=got.placement.embed_on_host)
+    assert engine.info.required_bytes == got.vram.total <= budget
+    assert engine.infer(profiling_input(engine)).guided
+    engine.close()
+    torch.cuda.empty_cache()
