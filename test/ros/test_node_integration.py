@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from pathlib import Path
 
 import numpy as np
@@ -17,12 +19,14 @@ from alpamayo_offload.planning import PREDICTED_STAGES, PlanParams, write_plan_p
 from alpamayo_offload.ros.demo import remaps_for
 from alpamayo_offload.ros.diagnostics import STAGE_KEYS
 from alpamayo_offload.ros.session import SessionResult, run_session
+from testkit.side_by_side import run_side_by_side
 
 pytestmark = pytest.mark.slow
 NS = 1_000_000_000
 
 
-def session(tmp_path: Path, drive: DriveConfig, **overrides: str) -> SessionResult:
+def session(tmp_path: Path, drive: DriveConfig, domain_id: int | None = None,
+            **overrides: str) -> SessionResult:
     bag = write_drive(tmp_path / 'bag', drive)
     remaps = remaps_for(drive)
     if drive.image_format != 'raw':
@@ -31,7 +35,7 @@ def session(tmp_path: Path, drive: DriveConfig, **overrides: str) -> SessionResu
     overrides = {'inference.period_s': '0.1', 'images.height': '64', 'images.width': '96',
                  'diagnostics.period_s': '0.25',   # a status sample per inference or two
                  **overrides}
-    return run_session(bag, remaps=remaps, overrides=overrides)
+    return run_session(bag, remaps=remaps, overrides=overrides, domain_id=domain_id)
 
 
 def test_paths_stamped_with_t0_in_frame_with_all_stage_keys(tmp_path: Path) -> None:
@@ -101,19 +105,6 @@ FAULT_CASES = {
 }
 
 
-@pytest.mark.parametrize('case', list(FAULT_CASES))
-def test_bad_input_gives_diagnostic_and_node_survives(tmp_path: Path, case: str) -> None:
-    base, reason = FAULT_CASES[case]
-    drive = DriveConfig(**{**base.__dict__, 'duration_s': 4.0, 'fault_after_s': 1.8,
-                           'fault_duration_s': 1.2})
-    res = session(tmp_path, drive)
-    assert res.node_alive_at_end, res.node_output[-3000:]
-    hits = [s for s in res.status('input') if s.values.get('reason') == reason]
-    assert hits, (sorted({s.values.get('reason') for s in res.status('input')}),
-                  res.node_output[-3000:])
-    assert all(s.level >= 1 and reason in s.message for s in hits)
-
-
 # One camera family each: packed YUV, Bayer, 16-bit, image_transport's compressed format string.
 ENCODING_DRIVES = {
     'yuv422': DriveConfig(encoding='yuv422'),
@@ -124,10 +115,59 @@ ENCODING_DRIVES = {
 }
 
 
+def _fault_drive(case: str) -> DriveConfig:
+    base, _ = FAULT_CASES[case]
+    return DriveConfig(**{**base.__dict__, 'duration_s': 4.0, 'fault_after_s': 1.8,
+                          'fault_duration_s': 1.2})
+
+
+def _encoding_drive(name: str) -> DriveConfig:
+    return DriveConfig(**{**ENCODING_DRIVES[name].__dict__, 'duration_s': 3.0})
+
+
+def _selected(request: pytest.FixtureRequest, test: str, param: str) -> list[str]:
+    """The parameters of `test` this run collected (all of them unless deselected)."""
+    return [item.callspec.params[param] for item in request.session.items
+            if getattr(item, 'originalname', '') == test and hasattr(item, 'callspec')]
+
+
+@pytest.fixture(scope='module')
+def drives(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+           ) -> Iterator[dict[str, Future[SessionResult]]]:
+    """The sessions of the fault and encoding cases, two at a time (`testkit.side_by_side`).
+
+    Each case still has its own node process, bag and ROS domain; its test waits for its own.
+    """
+    cases = {f'fault {c}': _fault_drive(c) for c in _selected(
+        request, 'test_bad_input_gives_diagnostic_and_node_survives', 'case')}
+    cases |= {f'encoding {n}': _encoding_drive(n) for n in _selected(
+        request, 'test_camera_encoding_families_give_paths', 'name')}
+
+    def job(name: str, drive: DriveConfig) -> Callable[[int], SessionResult]:
+        where = tmp_path_factory.mktemp(name.replace(' ', '_'))
+        return lambda domain: session(where, drive, domain)
+
+    pool, runs = run_side_by_side({name: job(name, d) for name, d in cases.items()})
+    yield runs
+    pool.shutdown(cancel_futures=True)
+
+
+@pytest.mark.parametrize('case', list(FAULT_CASES))
+def test_bad_input_gives_diagnostic_and_node_survives(drives: dict[str, Future[SessionResult]],
+                                                      case: str) -> None:
+    _, reason = FAULT_CASES[case]
+    res = drives[f'fault {case}'].result()
+    assert res.node_alive_at_end, res.node_output[-3000:]
+    hits = [s for s in res.status('input') if s.values.get('reason') == reason]
+    assert hits, (sorted({s.values.get('reason') for s in res.status('input')}),
+                  res.node_output[-3000:])
+    assert all(s.level >= 1 and reason in s.message for s in hits)
+
+
 @pytest.mark.parametrize('name', list(ENCODING_DRIVES))
-def test_camera_encoding_families_give_paths(tmp_path: Path, name: str) -> None:
-    drive = DriveConfig(**{**ENCODING_DRIVES[name].__dict__, 'duration_s': 3.0})
-    res = session(tmp_path, drive)
+def test_camera_encoding_families_give_paths(drives: dict[str, Future[SessionResult]],
+                                             name: str) -> None:
+    res = drives[f'encoding {name}'].result()
     assert res.node_alive_at_end, res.node_output[-3000:]
     ego = [p for p in res.paths if p.topic.endswith('/path')]
     assert ego and all(np.isfinite(p.xyz).all() for p in ego), res.node_output[-3000:]

@@ -1,0 +1,44 @@
+"""Node sessions two at a time, each in its own ROS domain.
+
+A node session mostly waits (the node's start-up, the bag played in real time, the tail), so two
+run side by side in about the time of one on two cores. Each session still has its own node
+process, bag and collector; the domains keep their topics and node names apart. A session's
+exception stays with its case: `Future.result()` raises it in that case's test.
+"""
+from __future__ import annotations
+
+import os
+import queue
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TypeVar
+
+T = TypeVar('T')
+WORKERS = 2
+
+
+def domain_ids(workers: int = WORKERS) -> list[int]:
+    """One ROS domain per worker: this run's (`ROS_DOMAIN_ID`) and ones 50 apart from it."""
+    base = int(os.environ.get('ROS_DOMAIN_ID', '0'))
+    return [(base + 50 * w) % 100 + 1 if w else base for w in range(workers)]
+
+
+def run_side_by_side(jobs: Mapping[str, Callable[[int], T]], workers: int = WORKERS
+                     ) -> tuple[ThreadPoolExecutor, dict[str, Future[T]]]:
+    """Start every job (called with the ROS domain it runs in), `workers` at a time.
+
+    Returns the pool (shut it down when done) and each job's future by name.
+    """
+    free: queue.SimpleQueue[int] = queue.SimpleQueue()
+    for domain in domain_ids(workers):
+        free.put(domain)
+
+    def run(job: Callable[[int], T]) -> T:
+        domain = free.get()
+        try:
+            return job(domain)
+        finally:
+            free.put(domain)
+
+    pool = ThreadPoolExecutor(workers, thread_name_prefix='session')
+    return pool, {name: pool.submit(run, job) for name, job in jobs.items()}
