@@ -27,7 +27,8 @@ def run_side_by_side(jobs: Mapping[str, Callable[[int], T]], workers: int = WORK
                      ) -> tuple[ThreadPoolExecutor, dict[str, Future[T]]]:
     """Start every job (called with the ROS domain it runs in), `workers` at a time.
 
-    Returns the pool (shut it down when done) and each job's future by name.
+    Returns the pool (shut it down when done) and each job's future by name. The first domain
+    is this run's own: no other session of the run may overlap the jobs (wait for them all).
     """
     free: queue.SimpleQueue[int] = queue.SimpleQueue()
     for domain in domain_ids(workers):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 
@@ -38,9 +38,9 @@ def session(tmp_path: Path, drive: DriveConfig, domain_id: int | None = None,
     return run_session(bag, remaps=remaps, overrides=overrides, domain_id=domain_id)
 
 
-def test_paths_stamped_with_t0_in_frame_with_all_stage_keys(tmp_path: Path) -> None:
-    drive = DriveConfig(duration_s=4.0)
-    res = session(tmp_path, drive)
+def test_paths_stamped_with_t0_in_frame_with_all_stage_keys(
+        drives: dict[str, Future[SessionResult]]) -> None:
+    res = drives['paths'].result()
     assert res.node_alive_at_end, res.node_output[-3000:]
     ego = [p for p in res.paths if p.topic.endswith('/path')]
     odom = [p for p in res.paths if p.topic.endswith('/path_odom')]
@@ -125,31 +125,51 @@ def _encoding_drive(name: str) -> DriveConfig:
     return DriveConfig(**{**ENCODING_DRIVES[name].__dict__, 'duration_s': 3.0})
 
 
-def _selected(request: pytest.FixtureRequest, test: str, param: str) -> list[str]:
-    """The parameters of `test` this run collected (all of them unless deselected)."""
-    return [item.callspec.params[param] for item in request.session.items
-            if getattr(item, 'originalname', '') == test and hasattr(item, 'callspec')]
+# The session each test reads from `drives` (a parametrized test: one per parameter).
+SESSION_OF = {
+    'test_paths_stamped_with_t0_in_frame_with_all_stage_keys': lambda _: 'paths',
+    'test_bad_input_gives_diagnostic_and_node_survives': lambda p: f"fault {p['case']}",
+    'test_camera_encoding_families_give_paths': lambda p: f"encoding {p['name']}",
+    'test_slow_frame_decode_is_warned_and_inference_goes_on': lambda _: 'slow decode',
+    'test_stages_over_the_plans_prediction_warn_in_the_plan_status': lambda _: 'plan warn',
+}
+
+
+def _session_job(name: str) -> Callable[[Path, int], SessionResult]:
+    """What the session `name` runs: a drive through the node, in a folder and a ROS domain."""
+    kind, _, case = name.partition(' ')
+    if name == 'paths':
+        return lambda where, domain: session(where, DriveConfig(duration_s=4.0), domain)
+    if name == 'slow decode':
+        return lambda where, domain: session(where, DriveConfig(duration_s=3.0), domain,
+                                             **{'images.decode_warn_ms': '0.001'})
+    if name == 'plan warn':
+        return _plan_warn_session
+    drive = _fault_drive(case) if kind == 'fault' else _encoding_drive(case)
+    return lambda where, domain: session(where, drive, domain)
 
 
 @pytest.fixture(scope='module')
 def drives(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-           ) -> Iterator[dict[str, Future[SessionResult]]]:
-    """The sessions of the fault and encoding cases, two at a time (`testkit.side_by_side`).
+           ) -> dict[str, Future[SessionResult]]:
+    """The sessions of this run's tests that read them, two at a time (`testkit.side_by_side`).
 
-    Each case still has its own node process, bag and ROS domain; its test waits for its own.
+    Each still has its own node process, bag and ROS domain. All have ended when the first of
+    those tests starts, so none overlaps a session another test runs by itself.
     """
-    cases = {f'fault {c}': _fault_drive(c) for c in _selected(
-        request, 'test_bad_input_gives_diagnostic_and_node_survives', 'case')}
-    cases |= {f'encoding {n}': _encoding_drive(n) for n in _selected(
-        request, 'test_camera_encoding_families_give_paths', 'name')}
+    names = [SESSION_OF[item.originalname](getattr(item, 'callspec', None) and
+                                           item.callspec.params)
+             for item in request.session.items
+             if getattr(item, 'module', None) is request.module
+             and getattr(item, 'originalname', '') in SESSION_OF]
 
-    def job(name: str, drive: DriveConfig) -> Callable[[int], SessionResult]:
-        where = tmp_path_factory.mktemp(name.replace(' ', '_'))
-        return lambda domain: session(where, drive, domain)
+    def job(name: str) -> Callable[[int], SessionResult]:
+        where, run = tmp_path_factory.mktemp(name.replace(' ', '_')), _session_job(name)
+        return lambda domain: run(where, domain)
 
-    pool, runs = run_side_by_side({name: job(name, d) for name, d in cases.items()})
-    yield runs
-    pool.shutdown(cancel_futures=True)
+    pool, runs = run_side_by_side({name: job(name) for name in names})
+    pool.shutdown(wait=True)
+    return runs
 
 
 @pytest.mark.parametrize('case', list(FAULT_CASES))
@@ -175,8 +195,9 @@ def test_camera_encoding_families_give_paths(drives: dict[str, Future[SessionRes
     assert not bad, sorted(bad)
 
 
-def test_slow_frame_decode_is_warned_and_inference_goes_on(tmp_path: Path) -> None:
-    res = session(tmp_path, DriveConfig(duration_s=3.0), **{'images.decode_warn_ms': '0.001'})
+def test_slow_frame_decode_is_warned_and_inference_goes_on(
+        drives: dict[str, Future[SessionResult]]) -> None:
+    res = drives['slow decode'].result()
     assert res.node_alive_at_end, res.node_output[-3000:]
     slow = [s for s in res.status('input') if s.values.get('reason') == 'image_decode_slow']
     assert slow and all(s.level == 1 and 'images.decode_warn_ms' in s.message for s in slow)
@@ -185,17 +206,23 @@ def test_slow_frame_decode_is_warned_and_inference_goes_on(tmp_path: Path) -> No
     assert float(done[-1].values['t_frame_decode_max_ms']) > 0.001
 
 
-def test_stages_over_the_plans_prediction_warn_in_the_plan_status(tmp_path: Path) -> None:
-    """A plan file predicting far less than the CPU delivers: the plan status warns by stage."""
+def _plan_warn_session(tmp_path: Path, domain_id: int) -> SessionResult:
+    """A session with a plan file predicting far less than the CPU delivers."""
     plan = tmp_path / 'plan.yaml'
     write_plan_params(plan, PlanParams(predicted_ms=dict.fromkeys(PREDICTED_STAGES, 1e-3),
                                        cpu_budget='a CPU far faster than this one'))
     drive = DriveConfig(duration_s=4.0)
-    res = run_session(write_drive(tmp_path / 'bag', drive), remaps=remaps_for(drive),
-                      param_files=[default_params_file(), plan],
-                      overrides={'inference.period_s': '0.1', 'images.height': '64',
-                                 'images.width': '96', 'diagnostics.period_s': '0.25',
-                                 'diagnostics.plan_window': '2'})
+    return run_session(write_drive(tmp_path / 'bag', drive), remaps=remaps_for(drive),
+                       param_files=[default_params_file(), plan],
+                       overrides={'inference.period_s': '0.1', 'images.height': '64',
+                                  'images.width': '96', 'diagnostics.period_s': '0.25',
+                                  'diagnostics.plan_window': '2'}, domain_id=domain_id)
+
+
+def test_stages_over_the_plans_prediction_warn_in_the_plan_status(
+        drives: dict[str, Future[SessionResult]]) -> None:
+    """A plan file predicting far less than the CPU delivers: the plan status warns by stage."""
+    res = drives['plan warn'].result()
     warned = [s for s in res.status('plan') if s.level == 1]
     assert warned, (res.status('plan')[-1:], res.node_output[-3000:])
     assert 'a CPU far faster than this one' in warned[-1].message
