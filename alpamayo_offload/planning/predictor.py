@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 
@@ -357,6 +358,21 @@ def _runs(phases: list[_Phase], placement: Placement, packed: dict[tuple[str, in
     return out
 
 
+# Replays kept per profile: plans for several budgets (a plot, a sweep) walk the same greedy
+# path until the smaller budget binds, so most of their candidate plans repeat.
+_MEMO_SIZE = 4096
+_memos: dict[int, dict[tuple[object, ...], Prediction]] = {}   # by id() of a live profile
+
+
+def _memo(profile: Profile) -> dict[tuple[object, ...], Prediction]:
+    """Return the profile's replays, dropped with the profile (so no id() is reused here)."""
+    memo = _memos.get(id(profile))
+    if memo is None:
+        memo = _memos[id(profile)] = {}
+        weakref.finalize(profile, _memos.pop, id(profile), None).atexit = False
+    return memo
+
+
 def predict(profile: Profile, placement: Placement, workload: Workload = Workload(),
             pipeline: Pipeline = Pipeline.PIPELINED) -> Prediction:
     """Replay one inference under `placement` and return its latency with per-phase terms.
@@ -364,9 +380,24 @@ def predict(profile: Profile, placement: Placement, workload: Workload = Workloa
     The planner calls this for every candidate move, so the replay is written for speed: the
     placement's choices are looked up once per phase, and `max`/`min` are spelled as
     comparisons that pick the same operand as the builtins (the first of equal values), so the
-    result is the same float for float.
+    result is the same float for float. A profile keeps its latest replays (profiles and
+    predictions are immutable): planning it again, for another budget, repeats few of them.
     """
     placement.validate(profile)
+    key = (workload, pipeline, placement.embed_on_host, placement.compression,
+           placement.head_streamed, frozenset(placement.resident.items()),
+           frozenset(placement.compressed.items()))
+    memo = _memo(profile)
+    found = memo.get(key)
+    if found is None:
+        found = memo[key] = _replay(profile, placement, workload, pipeline)
+        if len(memo) > _MEMO_SIZE:
+            memo.pop(next(iter(memo)), None)        # the oldest
+    return found
+
+
+def _replay(profile: Profile, placement: Placement, workload: Workload,
+            pipeline: Pipeline) -> Prediction:
     phases = _schedule(profile, workload, placement, pipeline)
     programs = _runs(phases, placement, _packed(profile, placement, pipeline))
     n_phases = len(phases)
