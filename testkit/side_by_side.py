@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
+K = TypeVar('K')
 T = TypeVar('T')
 WORKERS = 2
 
@@ -23,12 +24,12 @@ def domain_ids(workers: int = WORKERS) -> list[int]:
     return [(base + 50 * w) % 100 + 1 if w else base for w in range(workers)]
 
 
-def run_side_by_side(jobs: Mapping[str, Callable[[int], T]], workers: int = WORKERS
-                     ) -> tuple[ThreadPoolExecutor, dict[str, Future[T]]]:
-    """Start every job (called with the ROS domain it runs in), `workers` at a time.
+def run_side_by_side(jobs: Mapping[K, Callable[[int], T]], workers: int = WORKERS
+                     ) -> dict[K, Future[T]]:
+    """Run every job (called with the ROS domain it runs in), `workers` at a time.
 
-    Returns the pool (shut it down when done) and each job's future by name. The first domain
-    is this run's own: no other session of the run may overlap the jobs (wait for them all).
+    Returns once all have ended, with each job's future by its key. The first domain is this
+    run's own, which no other session of the run then uses.
     """
     free: queue.SimpleQueue[int] = queue.SimpleQueue()
     for domain in domain_ids(workers):
@@ -41,5 +42,6 @@ def run_side_by_side(jobs: Mapping[str, Callable[[int], T]], workers: int = WORK
         finally:
             free.put(domain)
 
-    pool = ThreadPoolExecutor(workers, thread_name_prefix='session')
-    return pool, {name: pool.submit(run, job) for name, job in jobs.items()}
+    with ThreadPoolExecutor(workers, thread_name_prefix='session') as pool:
+        futures = {key: pool.submit(run, job) for key, job in jobs.items()}
+    return futures

@@ -167,9 +167,7 @@ def drives(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
         where, run = tmp_path_factory.mktemp(name.replace(' ', '_')), _session_job(name)
         return lambda domain: run(where, domain)
 
-    pool, runs = run_side_by_side({name: job(name) for name in names})
-    pool.shutdown(wait=True)
-    return runs
+    return run_side_by_side({name: job(name) for name in names})
 
 
 @pytest.mark.parametrize('case', list(FAULT_CASES))
