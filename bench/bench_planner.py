@@ -50,8 +50,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from alpamayo_offload.planning.errors import BudgetError, ProfileFormatError
 from alpamayo_offload.planning.planner import (
     PlannerOptions,
@@ -63,14 +61,9 @@ from alpamayo_offload.planning.planner import (
 from alpamayo_offload.planning.predictor import Placement, Workload, predict
 from alpamayo_offload.planning.profile import Profile, load_profile, save_profile
 from alpamayo_offload.planning.units import format_bytes
-from alpamayo_offload.profiling.collect import with_host_terms
-from alpamayo_offload.profiling.gpu_profile import (
-    add_host_terms,
-    host_issue_calls,
-    host_issue_us,
-    pinned_h2d_gbps,
-    profile_engine,
-)
+
+# torch and the profiler are imported where the GPU part needs them: `--report` (no GPU) plans
+# and plots from the rows alone and starts without them.
 
 GIB = 2**30
 PARTS = {'budgets', 'sweep'}
@@ -78,6 +71,8 @@ LOG = logging.getLogger('bench_planner')
 
 
 def cap_vram(budget: int | None) -> None:
+    import torch
+
     total = torch.cuda.get_device_properties(0).total_memory
     torch.cuda.set_per_process_memory_fraction(1.0 if budget is None else min(1.0, budget / total))
 
@@ -86,6 +81,8 @@ def apply(engine: Any, placement: Placement, budget: int | None, mode: str = 'pi
           instrument: bool = False) -> None:
     if not hasattr(engine, 'replan'):
         raise SystemExit('engine has no replan(); the bench re-attaches plans on one loaded model')
+    import torch
+
     torch.cuda.empty_cache()
     cap_vram(budget)
     engine.replan(resident={s: placement.indices(s) for s in placement.resident},
@@ -113,6 +110,10 @@ def visit(engine: Any, model_input: Any, placement: Placement, budget: int | Non
           runs: int, at_s: float) -> Visit:
     """Attach the plan, warm up, time `runs` inferences; the pinned copy rate and the CPU's
     kernel-issue speed probed around."""
+    import torch
+
+    from alpamayo_offload.profiling.gpu_profile import host_issue_us, pinned_h2d_gbps
+
     cap_vram(None)                    # the link probe's buffer is outside the budget
     before, issue = pinned_h2d_gbps(torch), host_issue_us(torch)
     apply(engine, placement, budget)
@@ -487,7 +488,15 @@ def main() -> int:
         LOG.info('report of %d rows', len(rows))
         return 0 if report(out, profile, workload, rows, skipped, None) else 1
     out.mkdir(parents=True, exist_ok=True)
+    import torch
+
     from alpamayo_offload.engine import Engine, EngineConfig
+    from alpamayo_offload.profiling.collect import with_host_terms
+    from alpamayo_offload.profiling.gpu_profile import (
+        add_host_terms,
+        host_issue_calls,
+        profile_engine,
+    )
 
     start = time.perf_counter()
     engine = Engine.from_config(EngineConfig(

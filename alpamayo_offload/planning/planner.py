@@ -210,6 +210,10 @@ def _crowding(placement: Placement, name: str, index: int, n_layers: int) -> tup
     return 1 + left + right, -min((abs(index - i) for i in chosen), default=n_layers)
 
 
+# A greedy search's heap key: minus the benefit per MiB (rounded to `_TIE_MS`), crowding, the
+# sequence's position, the layer index, the move's target.
+_Key = tuple[float, tuple[int, int], int, int, int]
+
 # A greedy move: resident raw (`_RAW`), kept compressed (`_KEEP`), or the LM head resident
 # (`_HEAD`, on the step name `HEAD`).
 _RAW = 0
@@ -246,44 +250,50 @@ def _greedy(profile: Profile, budget_bytes: int, options: PlannerOptions,
     used = _vram(profile, placement, options).total
     version = 0
 
-    def key(name: str, index: int, target: int) -> tuple[float, tuple[int, int], int, int, int]:
-        """Heap key (smaller pops first): density, crowding, then a stable order."""
+    def entry(name: str, index: int, target: int) -> tuple[_Key, int, str, int, int, float, int]:
+        """Return the heap entry of a move against the current plan.
+
+        Its key (smaller pops first: density, crowding, then a stable order), the plan's
+        version, the move, and the latency and VRAM of the plan with the move made (kept for
+        when the move is taken).
+        """
         trial = _moved(placement, name, index, target)
-        gain = current - predict(profile, trial, options.workload, options.pipeline).total_ms
-        extra = _vram(profile, trial, options).total - used
-        density = float('inf') if extra <= 0 else gain / (extra / _MIB)
+        total = predict(profile, trial, options.workload, options.pipeline).total_ms
+        need = _vram(profile, trial, options).total
+        extra = need - used
+        density = float('inf') if extra <= 0 else (current - total) / (extra / _MIB)
         rounded = round(density / _TIE_MS) * _TIE_MS if density != float('inf') else density
         if target == _HEAD:
-            return (-rounded, (1, 0), len(names), index, target)
-        seq = profile.sequence(name)
-        return (-rounded, _crowding(placement, name, index, seq.n_layers),
-                names.index(name), index, target)
+            k = (-rounded, (1, 0), len(names), index, target)
+        else:
+            k = (-rounded, _crowding(placement, name, index, profile.sequence(name).n_layers),
+                 names.index(name), index, target)
+        return k, version, name, index, target, total, need
 
     targets = (_RAW, _KEEP) if compression else (_RAW,)
-    heap = [(key(n, i, t), version, n, i, t) for n in names
+    heap = [entry(n, i, t) for n in names
             for i in range(profile.sequence(n).n_layers) for t in targets
             if t == _RAW or profile.sequence(n).shrinks(i)]
     if head_streamed:
-        heap.append((key(HEAD, 0, _HEAD), version, HEAD, 0, _HEAD))
+        heap.append(entry(HEAD, 0, _HEAD))
+    # Keys are unique per move, so entries compare by their key alone.
     heapq.heapify(heap)
     while heap:
-        k, stamp, name, index, target = heapq.heappop(heap)
+        k, stamp, name, index, target, total, need = heapq.heappop(heap)
         if _placed(placement, name, index, target):
             continue                                # already placed so (or better)
         if stamp != version:
-            fresh = key(name, index, target)
-            if heap and fresh > heap[0][0]:
-                heapq.heappush(heap, (fresh, version, name, index, target))
+            fresh = entry(name, index, target)
+            if heap and fresh[0] > heap[0][0]:
+                heapq.heappush(heap, fresh)
                 continue
-            k = fresh
+            k, _, _, _, _, total, need = fresh
         if -k[0] <= 0:
             break                                   # nothing left that saves time
-        trial = _moved(placement, name, index, target)
-        need = _vram(profile, trial, options).total
         if need > budget_bytes:
             continue                                # does not fit; smaller layers may
-        placement, used, version = trial, need, version + 1
-        current = predict(profile, placement, options.workload, options.pipeline).total_ms
+        placement = _moved(placement, name, index, target)
+        used, current, version = need, total, version + 1
     prediction = predict(profile, placement, options.workload, options.pipeline)
     return PlanResult(placement, prediction, _vram(profile, placement, options), budget_bytes,
                       'greedy-compressed' if compression else 'greedy')

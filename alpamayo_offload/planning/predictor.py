@@ -69,6 +69,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 
@@ -320,9 +321,11 @@ _Step = tuple[str, int, float, float, int, float, float]
 
 
 @dataclass(frozen=True)
-class _Pass:
-    phase: int
+class _Phase:
+    """One phase's passes, all alike: the steps of one pass and how many passes there are."""
+
     steps: tuple[_Step, ...]
+    passes: int
     lead_ms: float      # host time before the first layer (incl. a host-side embedding gather)
     tail_ms: float      # non-layer GPU time after the layers
     waits: bool         # the host first waits for the compute engine (reads a device value)
@@ -377,11 +380,12 @@ _HEADLESS = frozenset({'refeed'})
 
 
 def _schedule(profile: Profile, workload: Workload, placement: Placement,
-              pipeline: Pipeline) -> list[_Pass]:
+              pipeline: Pipeline) -> list[_Phase]:
+    """Every phase in execution order with its passes' steps (its passes are all alike)."""
     copy = _copy_ms(profile, pipeline)
     head = _head_steps(profile, pipeline) if placement.head_streamed else ()
     out = []
-    for k, phase in enumerate(profile.phases):
+    for phase in profile.phases:
         seq = profile.sequence(phase.sequence)
         exe, host = phase.typical_exe_ms(), phase.host_issue_ms()
         eager = phase.host_streamed_issue_ms()
@@ -396,24 +400,81 @@ def _schedule(profile: Profile, workload: Workload, placement: Placement,
         # forward: the gather and the forward's prologue follow the wait, the rest overlaps.
         after = lead if phase.host_waits or phase.host_prologue_ms is None \
             else min(phase.host_prologue_ms, phase.host_lead_ms) + gather
-        out.extend(_Pass(k, steps, lead, phase.typical_other_ms(), waits, phase.host_stream_ms,
-                         after)
-                   for _ in range(workload.passes(phase.repeats)))
+        out.append(_Phase(steps, workload.passes(phase.repeats), lead, phase.typical_other_ms(),
+                          waits, phase.host_stream_ms, after))
     return out
+
+
+# One step as the replay runs it under a placement: (resident, LM head piece, layer id, exe ms,
+# copy ms, bytes, host issue ms, compressed terms or None, kept compressed in VRAM). The layer
+# id is one small int per layer, what a slot records it holds.
+_Run = tuple[bool, bool, int, float, float, int, float, _Packed | None, bool]
+
+
+def _runs(phases: list[_Phase], placement: Placement, packed: dict[tuple[str, int], _Packed]
+          ) -> list[tuple[_Run, ...]]:
+    """Each phase's steps with the placement's choices looked up once, not at every pass."""
+    ids: dict[tuple[str, int], int] = {}
+    out = []
+    for phase in phases:
+        runs = []
+        for name, index, exe, dma, nbytes, issue, eager_issue in phase.steps:
+            key = (name, index)
+            layer = ids.setdefault(key, len(ids))
+            if index in placement.resident.get(name, ()):
+                runs.append((True, name == HEAD, layer, exe, dma, nbytes, issue, None, False))
+            else:                      # a streamed call is never graphed
+                runs.append((False, name == HEAD, layer, exe, dma, nbytes, eager_issue,
+                             packed.get(key), index in placement.compressed.get(name, ())))
+        out.append(tuple(runs))
+    return out
+
+
+# Replays kept per profile: plans for several budgets (a plot, a sweep) walk the same greedy
+# path until the smaller budget binds, so most of their candidate plans repeat.
+_MEMO_SIZE = 4096
+_memos: dict[int, dict[tuple[object, ...], Prediction]] = {}   # by id() of a live profile
+
+
+def _memo(profile: Profile) -> dict[tuple[object, ...], Prediction]:
+    """Return the profile's replays, dropped with the profile (so no id() is reused here)."""
+    memo = _memos.get(id(profile))
+    if memo is None:
+        memo = _memos[id(profile)] = {}
+        weakref.finalize(profile, _memos.pop, id(profile), None).atexit = False
+    return memo
 
 
 def predict(profile: Profile, placement: Placement, workload: Workload = Workload(),
             pipeline: Pipeline = Pipeline.PIPELINED) -> Prediction:
     """Replay one inference under `placement` and return its latency with per-phase terms.
 
+    The planner calls this for every candidate move, so the replay is written for speed: the
+    placement's choices are looked up once per phase, and `max`/`min` are spelled as
+    comparisons that pick the same operand as the builtins (the first of equal values), so the
+    result is the same float for float. A profile keeps its latest replays (profiles and
+    predictions are immutable): planning it again, for another budget, repeats few of them.
     Refuses a workload of another batch, guidance or camera count (`check_workload`).
     """
     placement.validate(profile)
     check_workload(profile, workload)
-    resident = {(s, i) for s, idx in placement.resident.items() for i in idx}
-    kept = {(s, i) for s, idx in placement.compressed.items() for i in idx}
-    packed = _packed(profile, placement, pipeline)
-    n_phases = len(profile.phases)
+    key = (workload, pipeline, placement.embed_on_host, placement.compression,
+           placement.head_streamed, frozenset(placement.resident.items()),
+           frozenset(placement.compressed.items()))
+    memo = _memo(profile)
+    found = memo.get(key)
+    if found is None:
+        found = memo[key] = _replay(profile, placement, workload, pipeline)
+        if len(memo) > _MEMO_SIZE:
+            memo.pop(next(iter(memo)), None)        # the oldest
+    return found
+
+
+def _replay(profile: Profile, placement: Placement, workload: Workload,
+            pipeline: Pipeline) -> Prediction:
+    phases = _schedule(profile, workload, placement, pipeline)
+    programs = _runs(phases, placement, _packed(profile, placement, pipeline))
+    n_phases = len(phases)
     end = [0.0] * n_phases            # compute-engine time when the phase's last pass ended
     copy = [0.0] * n_phases
     compute = [0.0] * n_phases
@@ -430,89 +491,113 @@ def predict(profile: Profile, placement: Placement, workload: Workload = Workloa
     issued = 0.0                      # host time the next streamed layer's copy was issued
     slot_free = [0.0, 0.0]            # compute end of each slot's last reader
     ready = [0.0, 0.0]                # copy end of each slot's layer
-    holder: list[tuple[str, int] | None] = [None, None]   # the layer each slot holds
+    holder = [-1, -1]                 # the layer id each slot holds (-1: none)
     last_slot = 1                     # slot of the previous streamed call (the first uses 0)
     cold = pipeline is Pipeline.COLD_PASSES
     sequential = pipeline is Pipeline.SEQUENTIAL
-    slots = 1 if sequential else 2
-    for p in _schedule(profile, workload, placement, pipeline):
-        barrier = compute_free if cold else 0.0
-        head_slots = []                   # slots holding head pieces: free after the tail
-        if p.waits:
-            host = max(host + p.lead_ms - p.after_wait_ms, compute_free) + p.after_wait_ms
-        else:
-            host += p.lead_ms
-        compute_free = max(compute_free, host)
-        busy = p.tail_ms
-        issuing[p.phase] += p.lead_ms
-        for name, index, exe, dma, nbytes, issue, eager_issue in p.steps:
-            key = (name, index)
-            if key in resident:
-                start = max(compute_free, host)
+    for k, (p, program) in enumerate(zip(phases, programs, strict=True)):
+        lead, after_wait, stream_ms, tail = p.lead_ms, p.after_wait_ms, p.stream_ms, p.tail_ms
+        issue_ms = copy_ms = decode_ms = compute_ms = 0.0
+        nbytes_moved = 0
+        for _ in range(p.passes):
+            barrier = compute_free if cold else 0.0
+            head_slots = []               # slots holding head pieces: free after the tail
+            if p.waits:
+                t = host + lead - after_wait
+                host = (compute_free if compute_free > t else t) + after_wait
             else:
-                issue = eager_issue    # a streamed call is never graphed
-                host += p.stream_ms    # the pre-hook binds the slot and issues the next copy
-                issuing[p.phase] += p.stream_ms
-                if not cold and key in holder[:slots]:
-                    # Still in its slot (a sequence streaming no more layers than there are
-                    # slots): the runtime copies nothing (`SlotStreamer.prefetch`).
-                    slot = holder.index(key)
+                host += lead
+            if host > compute_free:
+                compute_free = host
+            busy = tail
+            issue_ms += lead
+            for is_resident, is_head, layer, exe, dma, nbytes, issue, terms, is_kept in program:
+                if is_resident:
+                    start = host if host > compute_free else compute_free
                 else:
-                    slot = 0 if sequential else 1 - last_slot
-                    after = max(compute_free, host) if sequential \
-                        else max(slot_free[slot], barrier, issued)
-                    terms = packed.get(key)
-                    if terms is None:
-                        copy_free = ready[slot] = max(copy_free, after) + dma
-                        copy[p.phase] += dma
-                        moved[p.phase] += nbytes
+                    host += stream_ms      # the pre-hook binds the slot and issues the next copy
+                    issue_ms += stream_ms
+                    if not cold and (holder[0] == layer or (not sequential
+                                                            and holder[1] == layer)):
+                        # Still in its slot (a sequence streaming no more layers than there are
+                        # slots): the runtime copies nothing (`SlotStreamer.prefetch`).
+                        slot = 0 if holder[0] == layer else 1
                     else:
-                        zdma, zbytes, decode, share, enqueue = terms
-                        if key not in kept:      # streamed compressed: copy into staging first
-                            copy_free = after = max(copy_free, after) + zdma
-                            copy[p.phase] += zdma
-                            moved[p.phase] += zbytes
-                        host += enqueue          # a streaming hook enqueues the decompression
-                        issuing[p.phase] += enqueue
-                        begin = max(decode_free, after)
-                        decode_free = ready[slot] = begin + decode
-                        decoding[p.phase] += decode
-                        # SM contention with the compute running alongside the decompression.
-                        slowed = share * max(0.0, min(decode_free, compute_free)
-                                             - max(begin, last_start))
-                        compute_free += slowed
-                        busy += slowed
-                        if last_reader is not None:
-                            slot_free[last_reader] = compute_free
-                    holder[slot] = key
-                issued = host          # this layer's hook issues the next streamed copy
-                last_slot = slot
-                start = max(compute_free, ready[slot], host)
-            host += issue
-            issuing[p.phase] += issue
-            last_start = start
-            compute_free = max(start + exe, host)
-            last_reader = None if key in resident else last_slot
-            if key not in resident:
-                slot_free[last_slot] = compute_free
-            if name == HEAD:
-                head_slots.append(last_slot)
-            busy += exe
-        compute_free += p.tail_ms
-        for slot in head_slots:           # the tail runs the head: its pieces are read until then
-            slot_free[slot] = compute_free
-        compute[p.phase] += busy
-        end[p.phase] = compute_free
-        passes[p.phase] += 1
-    phases = []
+                        if sequential:
+                            slot = 0
+                            after = host if host > compute_free else compute_free
+                        else:
+                            slot = 1 - last_slot
+                            after = slot_free[slot]
+                            if barrier > after:
+                                after = barrier
+                            if issued > after:
+                                after = issued
+                        if terms is None:
+                            copy_free = ready[slot] = (after if after > copy_free
+                                                       else copy_free) + dma
+                            copy_ms += dma
+                            nbytes_moved += nbytes
+                        else:
+                            zdma, zbytes, decode, share, enqueue = terms
+                            if not is_kept:  # streamed compressed: copy into staging first
+                                copy_free = after = (after if after > copy_free
+                                                     else copy_free) + zdma
+                                copy_ms += zdma
+                                nbytes_moved += zbytes
+                            host += enqueue  # a streaming hook enqueues the decompression
+                            issue_ms += enqueue
+                            begin = after if after > decode_free else decode_free
+                            decode_free = ready[slot] = begin + decode
+                            decode_ms += decode
+                            # SM contention with the compute running alongside the decompression.
+                            overlap = (compute_free if compute_free < decode_free
+                                       else decode_free) - (last_start if last_start > begin
+                                                            else begin)
+                            slowed = share * (overlap if overlap > 0.0 else 0.0)
+                            compute_free += slowed
+                            busy += slowed
+                            if last_reader is not None:
+                                slot_free[last_reader] = compute_free
+                        holder[slot] = layer
+                    issued = host          # this layer's hook issues the next streamed copy
+                    last_slot = slot
+                    start = compute_free
+                    if ready[slot] > start:
+                        start = ready[slot]
+                    if host > start:
+                        start = host
+                host += issue
+                issue_ms += issue
+                last_start = start
+                compute_free = start + exe
+                if host > compute_free:
+                    compute_free = host
+                if is_resident:
+                    last_reader = None
+                else:
+                    last_reader = last_slot
+                    slot_free[last_slot] = compute_free
+                if is_head:
+                    head_slots.append(last_slot)
+                busy += exe
+            compute_free += tail
+            for slot in head_slots:       # the tail runs the head: read until it has ended
+                slot_free[slot] = compute_free
+            compute_ms += busy
+            end[k] = compute_free
+            passes[k] += 1
+        issuing[k], copy[k], decoding[k], compute[k] = issue_ms, copy_ms, decode_ms, compute_ms
+        moved[k] = nbytes_moved
+    out = []
     previous_end = 0.0
     for k, phase in enumerate(profile.phases):
         if passes[k] == 0:
-            phases.append(PhasePrediction(phase.name, 0, 0.0, 0.0, 0.0, 0.0, 0))
+            out.append(PhasePrediction(phase.name, 0, 0.0, 0.0, 0.0, 0.0, 0))
             continue
         wall = end[k] - previous_end
         previous_end = end[k]
-        phases.append(PhasePrediction(phase.name, passes[k], wall, copy[k], compute[k],
-                                      max(0.0, wall - compute[k]), moved[k], issuing[k],
-                                      decoding[k]))
-    return Prediction(max(compute_free, host) + profile.host_ms, profile.host_ms, tuple(phases))
+        out.append(PhasePrediction(phase.name, passes[k], wall, copy[k], compute[k],
+                                   max(0.0, wall - compute[k]), moved[k], issuing[k],
+                                   decoding[k]))
+    return Prediction(max(compute_free, host) + profile.host_ms, profile.host_ms, tuple(out))

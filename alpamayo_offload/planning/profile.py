@@ -7,6 +7,7 @@ was measured with; `check_profile` refuses one measured for another GPU or model
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
@@ -208,10 +209,20 @@ class PhaseProfile:
         layer that otherwise computes in under one) would otherwise be charged to every pass of
         every plan.
         """
-        return tuple(statistics.median(col) for col in zip(*self.exe_ms, strict=True))
+        return self._typical_exe_ms
 
     def typical_other_ms(self) -> float:
         """Non-layer GPU time per pass, median over the measured passes."""
+        return self._typical_other_ms
+
+    # The medians, computed once per (immutable) phase: the predictor asks for them at every
+    # replay, thousands of times per plan.
+    @functools.cached_property
+    def _typical_exe_ms(self) -> tuple[float, ...]:
+        return tuple(statistics.median(col) for col in zip(*self.exe_ms, strict=True))
+
+    @functools.cached_property
+    def _typical_other_ms(self) -> float:
         return statistics.median(self.other_ms)
 
     def host_issue_ms(self) -> tuple[float, ...]:

@@ -620,7 +620,8 @@ def main(args: list[str] | None = None, engine_loader: EngineLoader = load_node_
     """Entry point of `alpamayo_offload_node` and `python -m alpamayo_offload.ros.node`.
 
     `engine_loader` is the seam for tests that need an engine with a known answer (a planted
-    trajectory); the installed entry point always loads the real engine.
+    trajectory); the installed entry point always loads the real engine. Once per process: when
+    it returns the process exits.
     """
     logging.basicConfig(level=logging.INFO, format='[%(name)s] %(message)s')
     log = logging.getLogger(__name__)
@@ -644,6 +645,9 @@ def main(args: list[str] | None = None, engine_loader: EngineLoader = load_node_
             node.close()
             node.destroy_node()
         rclpy.try_shutdown()
+        # Everything is closed and the process ends: spare the interpreter's last garbage
+        # collection, a scan of torch's and transformers' objects that took about a second.
+        gc.freeze()
     if code:
         raise SystemExit(code)
 

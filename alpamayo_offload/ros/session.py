@@ -8,6 +8,7 @@ it starts) and ask it questions once it publishes paths.
 """
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -149,23 +150,26 @@ def run_session(bag: Path, *, param_files: list[Path] | None = None,
                 overrides: dict[str, str] | None = None, remaps: dict[str, str] | None = None,
                 ready_timeout_s: float = 60.0, tail_s: float = 1.5, rate: float = 1.0,
                 command: tuple[str, ...] | None = None, sim_time: bool = False,
-                navigation: str | None = None, questions: Sequence[str] = ()
-                ) -> SessionResult:
+                navigation: str | None = None, questions: Sequence[str] = (),
+                domain_id: int | None = None) -> SessionResult:
     """Start the node, wait until it is active (autostart), play `bag`, collect, stop.
 
     By default the bag is restamped to wall time; with `sim_time` it keeps its stamps, the player
     publishes `/clock` and the node runs with use_sim_time (how it runs with a simulator).
     `navigation` is published once, latched, before the node starts; `questions` are published
-    together once the first path arrived.
+    together once the first path arrived. `domain_id` (None: `ROS_DOMAIN_ID`'s) puts the node,
+    the player and the collector in their own ROS domain, so sessions can run side by side.
     """
     if sim_time:
         overrides = {'use_sim_time': 'true', **(overrides or {})}
     files = param_files if param_files is not None else [default_params_file()]
     cmd = node_command(files, overrides or {}, remaps or {}, command or NODE_COMMAND)
     result = SessionResult()
+    env = None if domain_id is None else {**os.environ, 'ROS_DOMAIN_ID': str(domain_id)}
     ctx = rclpy.Context()
-    rclpy.init(context=ctx)
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    rclpy.init(context=ctx, domain_id=domain_id)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=env)
     player = None
     try:
         node = Node('session_collector', context=ctx)
@@ -179,7 +183,7 @@ def run_session(bag: Path, *, param_files: list[Path] | None = None,
             [sys.executable, '-m', 'alpamayo_offload.ros.bag_player', str(bag),
              '--clock' if sim_time else '--restamp', '--rate', str(rate),
              '--wait-for-subscribers', '3'],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         waiting = list(questions)
         while player.poll() is None:
             executor.spin_once(timeout_sec=0.05)

@@ -1,31 +1,53 @@
 """images.decode_ahead through the real node (real rclpy, player, tiny engine on the CPU)."""
 from __future__ import annotations
 
+from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
 
 from alpamayo_offload.app.synthetic_drive import DriveConfig, write_drive
 from alpamayo_offload.ros.demo import remaps_for
-from alpamayo_offload.ros.session import run_session
+from alpamayo_offload.ros.session import SessionResult, run_session
+from testkit.side_by_side import run_side_by_side
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.parametrize(('decode_ahead', 'size'), [
+CASES = [
     (True, '96x160'), (False, '96x160'),
     (True, 'model'),    # images.height/width 0 (the default): the tiny model's own 64x96
-])
-def test_frames_decoded_ahead_reach_the_model(tmp_path: Path, decode_ahead: bool,
-                                              size: str) -> None:
+]
+
+
+def _session(tmp_path: Path, decode_ahead: bool, size: str, domain_id: int) -> SessionResult:
     drive = DriveConfig(duration_s=3.5, image_format='jpeg', width=640, height=360)
     overrides = {'cameras.transports': '[compressed, compressed, compressed, compressed]',
                  'inference.period_s': '0.25', 'images.decode_ahead': str(decode_ahead).lower(),
                  'diagnostics.period_s': '0.25'}   # a status sample per inference or so
     if size != 'model':
         overrides |= dict(zip(('images.height', 'images.width'), size.split('x'), strict=True))
-    res = run_session(write_drive(tmp_path / 'bag', drive), remaps=remaps_for(drive),
-                      overrides=overrides)
+    return run_session(write_drive(tmp_path / 'bag', drive), remaps=remaps_for(drive),
+                       overrides=overrides, domain_id=domain_id)
+
+
+@pytest.fixture(scope='module')
+def sessions(tmp_path_factory: pytest.TempPathFactory
+             ) -> dict[tuple[bool, str], Future[SessionResult]]:
+    """Every case's session, two at a time (`testkit.side_by_side`)."""
+    def job(case: tuple[bool, str]) -> Callable[[int], SessionResult]:
+        where = tmp_path_factory.mktemp('decode_ahead')
+        return lambda domain: _session(where, *case, domain)
+
+    return run_side_by_side({case: job(case) for case in CASES})
+
+
+@pytest.mark.parametrize(('decode_ahead', 'size'), CASES)
+def test_frames_decoded_ahead_reach_the_model(
+        sessions: dict[tuple[bool, str], Future[SessionResult]], decode_ahead: bool,
+        size: str) -> None:
+    res = sessions[decode_ahead, size].result()
     assert res.node_alive_at_end, res.node_output[-3000:]
     done = {s.values['inferences']: s.values for s in res.status('inference')
             if s.message == 'path published'}

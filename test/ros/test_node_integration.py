@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
 
 import numpy as np
@@ -17,12 +19,14 @@ from alpamayo_offload.planning import PREDICTED_STAGES, PlanParams, write_plan_p
 from alpamayo_offload.ros.demo import remaps_for
 from alpamayo_offload.ros.diagnostics import STAGE_KEYS
 from alpamayo_offload.ros.session import SessionResult, run_session
+from testkit.side_by_side import run_side_by_side
 
 pytestmark = pytest.mark.slow
 NS = 1_000_000_000
 
 
-def session(tmp_path: Path, drive: DriveConfig, **overrides: str) -> SessionResult:
+def session(tmp_path: Path, drive: DriveConfig, domain_id: int | None = None,
+            **overrides: str) -> SessionResult:
     bag = write_drive(tmp_path / 'bag', drive)
     remaps = remaps_for(drive)
     if drive.image_format != 'raw':
@@ -31,12 +35,12 @@ def session(tmp_path: Path, drive: DriveConfig, **overrides: str) -> SessionResu
     overrides = {'inference.period_s': '0.1', 'images.height': '64', 'images.width': '96',
                  'diagnostics.period_s': '0.25',   # a status sample per inference or two
                  **overrides}
-    return run_session(bag, remaps=remaps, overrides=overrides)
+    return run_session(bag, remaps=remaps, overrides=overrides, domain_id=domain_id)
 
 
-def test_paths_stamped_with_t0_in_frame_with_all_stage_keys(tmp_path: Path) -> None:
-    drive = DriveConfig(duration_s=4.0)
-    res = session(tmp_path, drive)
+def test_paths_stamped_with_t0_in_frame_with_all_stage_keys(
+        drives: dict[str, Future[SessionResult]]) -> None:
+    res = drives['paths'].result()
     assert res.node_alive_at_end, res.node_output[-3000:]
     ego = [p for p in res.paths if p.topic.endswith('/path')]
     odom = [p for p in res.paths if p.topic.endswith('/path_odom')]
@@ -101,19 +105,6 @@ FAULT_CASES = {
 }
 
 
-@pytest.mark.parametrize('case', list(FAULT_CASES))
-def test_bad_input_gives_diagnostic_and_node_survives(tmp_path: Path, case: str) -> None:
-    base, reason = FAULT_CASES[case]
-    drive = DriveConfig(**{**base.__dict__, 'duration_s': 4.0, 'fault_after_s': 1.8,
-                           'fault_duration_s': 1.2})
-    res = session(tmp_path, drive)
-    assert res.node_alive_at_end, res.node_output[-3000:]
-    hits = [s for s in res.status('input') if s.values.get('reason') == reason]
-    assert hits, (sorted({s.values.get('reason') for s in res.status('input')}),
-                  res.node_output[-3000:])
-    assert all(s.level >= 1 and reason in s.message for s in hits)
-
-
 # One camera family each: packed YUV, Bayer, 16-bit, image_transport's compressed format string.
 ENCODING_DRIVES = {
     'yuv422': DriveConfig(encoding='yuv422'),
@@ -124,10 +115,77 @@ ENCODING_DRIVES = {
 }
 
 
+def _fault_drive(case: str) -> DriveConfig:
+    base, _ = FAULT_CASES[case]
+    return DriveConfig(**{**base.__dict__, 'duration_s': 4.0, 'fault_after_s': 1.8,
+                          'fault_duration_s': 1.2})
+
+
+def _encoding_drive(name: str) -> DriveConfig:
+    return DriveConfig(**{**ENCODING_DRIVES[name].__dict__, 'duration_s': 3.0})
+
+
+# The session each test reads from `drives` (a parametrized test: one per parameter).
+SESSION_OF = {
+    'test_paths_stamped_with_t0_in_frame_with_all_stage_keys': lambda _: 'paths',
+    'test_bad_input_gives_diagnostic_and_node_survives': lambda p: f"fault {p['case']}",
+    'test_camera_encoding_families_give_paths': lambda p: f"encoding {p['name']}",
+    'test_slow_frame_decode_is_warned_and_inference_goes_on': lambda _: 'slow decode',
+    'test_stages_over_the_plans_prediction_warn_in_the_plan_status': lambda _: 'plan warn',
+}
+
+
+def _session_job(name: str) -> Callable[[Path, int], SessionResult]:
+    """What the session `name` runs: a drive through the node, in a folder and a ROS domain."""
+    kind, _, case = name.partition(' ')
+    if name == 'paths':
+        return lambda where, domain: session(where, DriveConfig(duration_s=4.0), domain)
+    if name == 'slow decode':
+        return lambda where, domain: session(where, DriveConfig(duration_s=3.0), domain,
+                                             **{'images.decode_warn_ms': '0.001'})
+    if name == 'plan warn':
+        return _plan_warn_session
+    drive = _fault_drive(case) if kind == 'fault' else _encoding_drive(case)
+    return lambda where, domain: session(where, drive, domain)
+
+
+@pytest.fixture(scope='module')
+def drives(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+           ) -> dict[str, Future[SessionResult]]:
+    """The sessions of this run's tests that read them, two at a time (`testkit.side_by_side`).
+
+    Each still has its own node process, bag and ROS domain. All have ended when the first of
+    those tests starts, so none overlaps a session another test runs by itself.
+    """
+    names = [SESSION_OF[item.originalname](getattr(item, 'callspec', None) and
+                                           item.callspec.params)
+             for item in request.session.items
+             if getattr(item, 'module', None) is request.module
+             and getattr(item, 'originalname', '') in SESSION_OF]
+
+    def job(name: str) -> Callable[[int], SessionResult]:
+        where, run = tmp_path_factory.mktemp(name.replace(' ', '_')), _session_job(name)
+        return lambda domain: run(where, domain)
+
+    return run_side_by_side({name: job(name) for name in names})
+
+
+@pytest.mark.parametrize('case', list(FAULT_CASES))
+def test_bad_input_gives_diagnostic_and_node_survives(drives: dict[str, Future[SessionResult]],
+                                                      case: str) -> None:
+    _, reason = FAULT_CASES[case]
+    res = drives[f'fault {case}'].result()
+    assert res.node_alive_at_end, res.node_output[-3000:]
+    hits = [s for s in res.status('input') if s.values.get('reason') == reason]
+    assert hits, (sorted({s.values.get('reason') for s in res.status('input')}),
+                  res.node_output[-3000:])
+    assert all(s.level >= 1 and reason in s.message for s in hits)
+
+
 @pytest.mark.parametrize('name', list(ENCODING_DRIVES))
-def test_camera_encoding_families_give_paths(tmp_path: Path, name: str) -> None:
-    drive = DriveConfig(**{**ENCODING_DRIVES[name].__dict__, 'duration_s': 3.0})
-    res = session(tmp_path, drive)
+def test_camera_encoding_families_give_paths(drives: dict[str, Future[SessionResult]],
+                                             name: str) -> None:
+    res = drives[f'encoding {name}'].result()
     assert res.node_alive_at_end, res.node_output[-3000:]
     ego = [p for p in res.paths if p.topic.endswith('/path')]
     assert ego and all(np.isfinite(p.xyz).all() for p in ego), res.node_output[-3000:]
@@ -135,8 +193,9 @@ def test_camera_encoding_families_give_paths(tmp_path: Path, name: str) -> None:
     assert not bad, sorted(bad)
 
 
-def test_slow_frame_decode_is_warned_and_inference_goes_on(tmp_path: Path) -> None:
-    res = session(tmp_path, DriveConfig(duration_s=3.0), **{'images.decode_warn_ms': '0.001'})
+def test_slow_frame_decode_is_warned_and_inference_goes_on(
+        drives: dict[str, Future[SessionResult]]) -> None:
+    res = drives['slow decode'].result()
     assert res.node_alive_at_end, res.node_output[-3000:]
     slow = [s for s in res.status('input') if s.values.get('reason') == 'image_decode_slow']
     assert slow and all(s.level == 1 and 'images.decode_warn_ms' in s.message for s in slow)
@@ -145,17 +204,23 @@ def test_slow_frame_decode_is_warned_and_inference_goes_on(tmp_path: Path) -> No
     assert float(done[-1].values['t_frame_decode_max_ms']) > 0.001
 
 
-def test_stages_over_the_plans_prediction_warn_in_the_plan_status(tmp_path: Path) -> None:
-    """A plan file predicting far less than the CPU delivers: the plan status warns by stage."""
+def _plan_warn_session(tmp_path: Path, domain_id: int) -> SessionResult:
+    """A session with a plan file predicting far less than the CPU delivers."""
     plan = tmp_path / 'plan.yaml'
     write_plan_params(plan, PlanParams(predicted_ms=dict.fromkeys(PREDICTED_STAGES, 1e-3),
                                        cpu_budget='a CPU far faster than this one'))
     drive = DriveConfig(duration_s=4.0)
-    res = run_session(write_drive(tmp_path / 'bag', drive), remaps=remaps_for(drive),
-                      param_files=[default_params_file(), plan],
-                      overrides={'inference.period_s': '0.1', 'images.height': '64',
-                                 'images.width': '96', 'diagnostics.period_s': '0.25',
-                                 'diagnostics.plan_window': '2'})
+    return run_session(write_drive(tmp_path / 'bag', drive), remaps=remaps_for(drive),
+                       param_files=[default_params_file(), plan],
+                       overrides={'inference.period_s': '0.1', 'images.height': '64',
+                                  'images.width': '96', 'diagnostics.period_s': '0.25',
+                                  'diagnostics.plan_window': '2'}, domain_id=domain_id)
+
+
+def test_stages_over_the_plans_prediction_warn_in_the_plan_status(
+        drives: dict[str, Future[SessionResult]]) -> None:
+    """A plan file predicting far less than the CPU delivers: the plan status warns by stage."""
+    res = drives['plan warn'].result()
     warned = [s for s in res.status('plan') if s.level == 1]
     assert warned, (res.status('plan')[-1:], res.node_output[-3000:])
     assert 'a CPU far faster than this one' in warned[-1].message
