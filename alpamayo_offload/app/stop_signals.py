@@ -25,3 +25,15 @@ def exit_quietly_on_stop() -> None:
     """
     signal.signal(signal.SIGINT, _stop)
     signal.signal(signal.SIGTERM, _stop)
+
+
+def interrupt_on_sigint() -> None:
+    """Make SIGINT raise KeyboardInterrupt in the main thread, also where it arrived ignored.
+
+    A process inherits its parent's ignored signals and blocked-signal mask: started in the
+    background of a script (SIG_IGN) or by a parent thread that blocks SIGINT, Python would
+    leave it ignored or pending, and a supervisor's or a user's SIGINT would not stop a replay,
+    whose Ctrl-C path keeps the finished samples and exits 130.
+    """
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})

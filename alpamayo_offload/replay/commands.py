@@ -138,10 +138,12 @@ def configure(args: argparse.Namespace) -> tuple[ReplayConfig, list[PreparedBag]
 def run(args: argparse.Namespace) -> int:
     """Load configuration, scan bags, build the engine, replay, report; returns the exit status."""
     from alpamayo_offload.app.errors import ParameterError
+    from alpamayo_offload.app.stop_signals import interrupt_on_sigint
     from alpamayo_offload.replay.errors import ReplayError
     from alpamayo_offload.replay.sample_store import SampleStore
     from alpamayo_offload.replay.session import ResultBagOptions, fingerprint, replay_session
 
+    interrupt_on_sigint()
     try:
         cfg, bags = configure(args)
         # Before the engine loads: a resume with another configuration fails in seconds.

@@ -643,7 +643,12 @@ def main(args: list[str] | None = None, engine_loader: EngineLoader = load_node_
     finally:
         if node is not None:
             node.close()
-            node.destroy_node()
+            try:
+                node.destroy_node()
+            except ValueError as err:
+                # A stop signal raised inside rclpy between creating an entity and registering
+                # it (e.g. a subscription during activation); the process ends anyway.
+                log.info('%s: stopped during a transition (%s)', NODE_NAME, err)
         rclpy.try_shutdown()
         # Everything is closed and the process ends: spare the interpreter's last garbage
         # collection, a scan of torch's and transformers' objects that took about a second.

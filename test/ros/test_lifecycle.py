@@ -19,7 +19,7 @@ import pytest
 import rclpy
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
-from rclpy.qos import qos_profile_sensor_data
+from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Image
 
 from alpamayo_offload.app.synthetic_drive import DriveConfig, write_drive
@@ -51,10 +51,12 @@ class Harness:
         self.result = SessionResult()
         subscribe_outputs(self.node, self.result, remaps)
         self.camera_stamps: set[int] = set()
+        # Reliable and deep: every frame the player sends is seen, also while this process
+        # waits on a lifecycle service (a best-effort, depth-5 subscription dropped some).
         self.node.create_subscription(
             Image, remaps['~/input/camera_0/image'],
             lambda m: self.camera_stamps.add(m.header.stamp.sec * 10**9 + m.header.stamp.nanosec),
-            qos_profile_sensor_data)
+            QoSProfile(depth=200, reliability=ReliabilityPolicy.RELIABLE))
         self.lifecycle = LifecycleClient(self.node, self.executor)
 
     def spin_for(self, seconds: float) -> None:
