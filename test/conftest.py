@@ -34,3 +34,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if 'cuda' in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture()
+def compress_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count the CPU codec's compress calls (the bytes of each region it compressed)."""
+    from alpamayo_offload.runtime.codec import PlaneZlibCodec
+
+    seen: list[int] = []
+    original = PlaneZlibCodec.compress
+
+    def counted(self: PlaneZlibCodec, flat):  # noqa: ANN001, ANN202
+        seen.append(flat.numel())
+        return original(self, flat)
+
+    monkeypatch.setattr(PlaneZlibCodec, 'compress', counted)
+    return seen

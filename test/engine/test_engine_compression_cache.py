@@ -21,7 +21,6 @@ from alpamayo_offload.engine.compression_cache import (
     weights_key,
 )
 from alpamayo_offload.model import build_random, save_checkpoint, tiny_config
-from alpamayo_offload.runtime import PlaneZlibCodec
 
 RUN = dict(fixed_decode_tokens=2, diffusion_steps=2, compression='on', mode='pipelined',
            resident={'vit': (0,)}, compressed={'expert': (1,)})
@@ -39,19 +38,6 @@ def checkpoint(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.fixture()
-def calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    seen: list[int] = []
-    original = PlaneZlibCodec.compress
-
-    def counted(self: PlaneZlibCodec, flat: torch.Tensor):  # noqa: ANN202
-        seen.append(flat.numel())
-        return original(self, flat)
-
-    monkeypatch.setattr(PlaneZlibCodec, 'compress', counted)
-    return seen
-
-
 def _start(inputs, **config):
     engine = Engine.from_config(EngineConfig(**{**RUN, **config}))
     try:
@@ -61,17 +47,17 @@ def _start(inputs, **config):
 
 
 def test_second_start_reads_the_cache_beside_the_checkpoint(inputs, checkpoint: Path,
-                                                            calls: list[int]) -> None:
+                                                            compress_calls: list[int]) -> None:
     plain, plain_info = _start(inputs, model=str(checkpoint), compression_cache='off')
-    assert plain_info.compression_cache == '' and len(calls) > 0
-    n = len(calls)
-    calls.clear()
+    assert plain_info.compression_cache == '' and len(compress_calls) > 0
+    n = len(compress_calls)
+    compress_calls.clear()
     first, info = _start(inputs, model=str(checkpoint))
     assert info.compression_cache == str(checkpoint / NEXT_TO_CHECKPOINT)
-    assert len(calls) == n and info.compress_s > 0 and info.compression_cache_hits == 0
-    calls.clear()
+    assert len(compress_calls) == n and info.compress_s > 0 and info.compression_cache_hits == 0
+    compress_calls.clear()
     second, info = _start(inputs, model=str(checkpoint))
-    assert calls == []
+    assert compress_calls == []
     assert info.compression_cache_hits == n and info.compress_s == 0.0
     assert info.compression_cache_read_s > 0
     for got in (first, second):
@@ -109,18 +95,18 @@ def test_where_the_cache_lives(checkpoint: Path, tmp_path: Path,
 
 
 def test_a_preset_caches_only_in_a_named_directory(inputs, tmp_path: Path,
-                                                   calls: list[int]) -> None:
+                                                   compress_calls: list[int]) -> None:
     _, info = _start(inputs, model='tiny')
-    assert info.compression_cache == '' and calls
-    calls.clear()
+    assert info.compression_cache == '' and compress_calls
+    compress_calls.clear()
     _start(inputs, model='tiny', compression_cache=str(tmp_path))
-    n = len(calls)
-    calls.clear()
+    n = len(compress_calls)
+    compress_calls.clear()
     _, info = _start(inputs, model='tiny', compression_cache=str(tmp_path))
-    assert calls == [] and info.compression_cache_hits == n
-    calls.clear()
+    assert compress_calls == [] and info.compression_cache_hits == n
+    compress_calls.clear()
     _start(inputs, model='tiny', seed=1, compression_cache=str(tmp_path))   # other weights
-    assert len(calls) == n
+    assert len(compress_calls) == n
 
 
 def test_compression_cache_setting_is_validated() -> None:

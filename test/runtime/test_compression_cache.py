@@ -37,20 +37,6 @@ def reference() -> list[torch.Tensor]:
     return out
 
 
-@pytest.fixture()
-def calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Count the CPU codec's compress calls."""
-    seen: list[int] = []
-    original = PlaneZlibCodec.compress
-
-    def counted(self: PlaneZlibCodec, flat: torch.Tensor):  # noqa: ANN202
-        seen.append(flat.numel())
-        return original(self, flat)
-
-    monkeypatch.setattr(PlaneZlibCodec, 'compress', counted)
-    return seen
-
-
 def _start(cache: CompressionCache | None, reference: list[torch.Tensor]) -> OffloadRuntime:
     """Attach a fresh model with the cache, check its outputs, detach; return the runtime."""
     model = build_model()
@@ -69,17 +55,17 @@ def _files(cache: CompressionCache) -> dict[str, Path]:
 
 
 def test_second_start_reads_every_layer_and_compresses_nothing(
-        tmp_path: Path, reference: list[torch.Tensor], calls: list[int]) -> None:
+        tmp_path: Path, reference: list[torch.Tensor], compress_calls: list[int]) -> None:
     cache = CompressionCache(tmp_path, KEY)
     first = _start(cache, reference)
     n = first.compression_stats.layers
-    assert n == 11 and len(calls) == n
+    assert n == 11 and len(compress_calls) == n
     assert first.compression_stats.compressed == n and first.compression_stats.cache_written == n
     assert len(_files(cache)) == n
     assert not list(tmp_path.rglob('*.tmp'))
-    calls.clear()
+    compress_calls.clear()
     second = _start(CompressionCache(tmp_path, KEY), reference)
-    assert calls == []
+    assert compress_calls == []
     stats = second.compression_stats
     assert (stats.cache_hits, stats.compressed, stats.cache_refused) == (n, 0, 0)
     assert stats.compress_s == 0.0 and stats.cache_read_s > 0
@@ -126,27 +112,27 @@ def _damage(path: Path, how: str) -> None:
     ('truncated', 'truncated'), ('corrupt', 'corrupt'), ('garbage', 'magic'),
     ('header', 'unreadable header'), ('empty', 'truncated')])
 def test_a_damaged_file_is_refused_by_name_and_recompressed(
-        tmp_path: Path, reference: list[torch.Tensor], calls: list[int],
+        tmp_path: Path, reference: list[torch.Tensor], compress_calls: list[int],
         caplog: pytest.LogCaptureFixture, how: str, reason: str) -> None:
     cache = CompressionCache(tmp_path, KEY)
     _start(cache, reference)
     victim = _files(cache)['lm.2']
     _damage(victim, how)
-    calls.clear()
+    compress_calls.clear()
     with caplog.at_level(logging.WARNING):
         rt = _start(CompressionCache(tmp_path, KEY), reference)
     refused = [r.getMessage() for r in caplog.records if 'refused' in r.getMessage()]
     assert len(refused) == 1 and str(victim) in refused[0] and reason in refused[0]
-    assert len(calls) == 1
+    assert len(compress_calls) == 1
     stats = rt.compression_stats
     assert (stats.cache_refused, stats.compressed, stats.cache_written) == (1, 1, 1)
-    calls.clear()
+    compress_calls.clear()
     _start(CompressionCache(tmp_path, KEY), reference)     # rewritten: whole again
-    assert calls == []
+    assert compress_calls == []
 
 
 def test_a_file_of_another_key_or_layer_is_never_used(
-        tmp_path: Path, reference: list[torch.Tensor], calls: list[int],
+        tmp_path: Path, reference: list[torch.Tensor], compress_calls: list[int],
         caplog: pytest.LogCaptureFixture) -> None:
     other = CompressionCache(tmp_path / 'other', {**KEY, 'seed': '1'})
     _start(other, reference)
@@ -155,11 +141,11 @@ def test_a_file_of_another_key_or_layer_is_never_used(
     mine, theirs = _files(cache), _files(other)
     shutil.copyfile(theirs['lm.1'], mine['lm.1'])          # same layer, another checkpoint
     shutil.copyfile(mine['lm.3'], mine['lm.2'])            # same shapes, another layer
-    calls.clear()
+    compress_calls.clear()
     with caplog.at_level(logging.WARNING):
         rt = _start(CompressionCache(tmp_path / 'mine', KEY), reference)
     refused = sorted(r.getMessage() for r in caplog.records if 'refused' in r.getMessage())
-    assert len(refused) == 2 and len(calls) == 2
+    assert len(refused) == 2 and len(compress_calls) == 2
     assert str(mine['lm.1']) in refused[0] and 'another key (seed differ)' in refused[0]
     assert str(mine['lm.2']) in refused[1] and "holds layer 'lm.3'" in refused[1]
     assert rt.compression_stats.cache_refused == 2
