@@ -67,6 +67,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument('--budgets', help='VRAM budgets in GiB, comma separated (default 16,12,8)')
     p.add_argument('--profile', help='profile JSON to plan from, or "synthetic" (made-up, CPU '
                                      'smoke only); default: profile the loaded model here')
+    p.add_argument('--compression', default='auto', choices=('auto', 'off', 'on'),
+                   help="the planner's choice of compressed placements (off where nvCOMP is not "
+                        'installed: a compressed plan would fall back to raw streaming)')
     p.add_argument('--paths', default=','.join(PATHS), help='which of engine,replay,node')
     p.add_argument('--runs', type=int, help='timed inferences per path (default 10)')
     p.add_argument('--warmup', type=int, help='inferences left out first (default 2)')
@@ -123,9 +126,11 @@ def cap_vram(device: str, gib: float | None) -> None:
     import torch
 
     torch.cuda.empty_cache()
-    total = torch.cuda.get_device_properties(torch.device(device)).total_memory
+    index = torch.device(device).index
+    index = torch.cuda.current_device() if index is None else index
+    total = torch.cuda.get_device_properties(index).total_memory
     fraction = 1.0 if gib is None else min(1.0, gib * GIB / total)
-    torch.cuda.set_per_process_memory_fraction(fraction, torch.device(device))
+    torch.cuda.set_per_process_memory_fraction(fraction, index)
 
 
 def traced(infer: Callable[..., Any], at_call: int, path: Path) -> Callable[..., Any]:
@@ -406,7 +411,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     params = write_params(work / 'bench_node.yaml', node_values(args))
     model_input = engine.example_input(args.height, args.width, presized=True)
     options = PlannerOptions(workload=Workload(DECODE_TOKENS, DIFFUSION_STEPS),
-                             max_decode_tokens=DECODE_TOKENS)
+                             max_decode_tokens=DECODE_TOKENS, compression=args.compression)
     doc['setup_s'] = round(time.perf_counter() - start, 1)
     for i, gib in enumerate(float(b) for b in args.budgets.split(',')):
         budget = int(gib * GIB)
