@@ -105,16 +105,16 @@ _TARGETS_15 = ('bit_exact', 'peak_vram', 'predictor', 'samples_ratio', 'guidance
 _TARGETS_2S = ('bit_exact', 'peak_vram', 'copy_bound', 'predictor', 'host_rss')
 PRESETS: dict[str, dict[str, Any]] = {
     '1.5': {'budgets': '16,12', 'workloads': 's1,s16,nav1,nav16', 'accelerate': None,
-            'targets': _TARGETS_15, 'build_s': 30.0},
+            'targets': _TARGETS_15, 'build_s': 40.0, 'runs': 3},
     '2super': {'budgets': '48,32,24', 'workloads': 's1', 'accelerate': 32.0,
-               'targets': _TARGETS_2S, 'build_s': 100.0},
+               'targets': _TARGETS_2S, 'build_s': 100.0, 'runs': 2},
     'tiny-1.5': {'budgets': '0.6,0.58', 'workloads': 's1,s16,nav1,nav16', 'accelerate': None,
-                 'targets': _TARGETS_15, 'build_s': 1.0},
+                 'targets': _TARGETS_15, 'build_s': 1.0, 'runs': 1},
     'tiny-2super': {'budgets': '0.8,0.65', 'workloads': 's1', 'accelerate': 0.6,
-                    'targets': _TARGETS_2S, 'build_s': 1.0},
+                    'targets': _TARGETS_2S, 'build_s': 1.0, 'runs': 1},
 }
-SMOKE = {'device': 'cpu', 'profile': ['synthetic'], 'height': 64, 'width': 96, 'runs': 1,
-         'warmup': 0}
+SMOKE = {'device': 'cpu', 'profile': ['synthetic'], 'height': 64, 'width': 96}
+PARTS = ('profile', 'rows', 'accelerate')
 # Ratios the targets allow.
 BOUNDS = {'samples_ratio': 1.3, 'guidance_ratio': 1.3, 'copy_bound': 1.05, 'predictor': 0.02,
           'host_rss': 1.15}
@@ -144,12 +144,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help='profile(s) to plan from, matched to the workloads by what they '
                         'measured; a directory gives its profile_*.json; "synthetic": made up '
                         '(CPU smoke only); workloads without one are profiled here')
+    p.add_argument('--parts', default=','.join(PARTS),
+                   help='profile (workloads without a --profile), rows (preload and planned), '
+                        'accelerate (the --accelerate row); comma separated')
     p.add_argument('--profile-runs', type=int, default=2,
                    help='plain inferences per plan in add_host_terms (fitted tails, host time)')
     p.add_argument('--accelerate', type=float, default=-1.0, metavar='GiB',
                    help='Accelerate device_map="auto" row at this cap (0: none; default: the '
                         "preset's)")
-    p.add_argument('--runs', type=int, help='timed inferences per row (default 3)')
+    p.add_argument('--runs', type=int, help="timed inferences per row (preset default)")
     p.add_argument('--warmup', type=int,
                    help='untimed inferences after the deterministic pass (default 0: that pass '
                         'warms up)')
@@ -168,7 +171,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error(f'--model {args.model!r}: one of {list(PRESETS)}')
     preset = PRESETS[args.model]
     defaults = {'device': 'cuda', 'budgets': preset['budgets'], 'workloads': preset['workloads'],
-                'runs': 3, 'warmup': 0, 'height': 1080, 'width': 1920,
+                'runs': preset['runs'], 'warmup': 0, 'height': 1080, 'width': 1920,
                 **(SMOKE if args.smoke else {})}
     for name, value in defaults.items():
         if getattr(args, name) is None:
@@ -176,6 +179,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.accelerate < 0:
         args.accelerate = preset['accelerate'] or 0.0
     unknown = [w for w in args.workloads.split(',') if w not in WORKLOADS]
+    args.part_set = set(args.parts.split(','))
+    if not args.part_set <= set(PARTS):
+        p.error(f'--parts {args.parts!r}: of {list(PARTS)}, comma separated')
     if unknown or args.runs < 1 or args.warmup < 0 or args.profile_runs < 1:
         p.error(f'--workloads {args.workloads} (of {list(WORKLOADS)}), --runs {args.runs} >= 1, '
                 f'--warmup {args.warmup} >= 0, --profile-runs {args.profile_runs} >= 1')
@@ -240,7 +246,8 @@ def _row_brief(row: Mapping[str, Any]) -> str:
     if row.get('status') != 'ok':
         return str(row.get('status'))
     return (f"{row['e2e_s']:.3f} s (predicted {row.get('predicted_s') or 0:.3f}), "
-            f"exact {row.get('bit_exact')}, peak {row.get('peak_allocated_bytes', 0) / GIB:.2f} GiB")
+            f"exact {row.get('bit_exact')}, "
+            f"peak {(row.get('peak_allocated_bytes') or 0) / GIB:.2f} GiB")
 
 
 def _status_kib(name: str) -> int | None:
@@ -548,7 +555,7 @@ def run(args: argparse.Namespace) -> int:
     specs = [WORKLOADS[w] for w in args.workloads.split(',')]
     preset = PRESETS[args.model]
     meta: dict[str, Any] = {
-        'command': 'python3 -m bench.bench_workloads ' + ' '.join(sys.argv[1:]),
+        'command': 'python3 -m bench.bench_workloads ' + ' '.join(args.argv),
         'date': time.strftime('%Y-%m-%d %H:%M:%S %Z'), 'model': args.model,
         'device': args.device, 'targets': list(preset['targets']),
         'gpu': torch.cuda.get_device_name() if args.device.startswith('cuda') else 'cpu',
@@ -578,6 +585,10 @@ def run(args: argparse.Namespace) -> int:
             path = 'synthetic'
         seq_s = nothing_resident_s(profile, spec, meta['build']['layer_bytes'])
         meta['nothing_resident_s'][spec.name] = seq_s
+        if profile is None and 'profile' not in args.part_set:
+            meta['profiles'][spec.name] = {'status': 'skipped: no --profile, and --parts has no '
+                                                     'profile'}
+            continue
         if profile is None:
             need = calibration * PROFILE_INFERENCES * seq_s * ESTIMATE_MARGIN \
                 + args.profile_runs * seq_s + 10.0
@@ -608,13 +619,14 @@ def run(args: argparse.Namespace) -> int:
         if spec.name == 's1' and path != 'synthetic':
             s1_profile = path
         log.save_meta()
-        workload_rows(engine, spec, profile, args, log, clock)
-        log.save_meta()
+        if 'rows' in args.part_set:
+            workload_rows(engine, spec, profile, args, log, clock)
+            log.save_meta()
     engine.close()
     del engine
     gc.collect()
     release_memory()
-    if args.accelerate:
+    if args.accelerate and 'accelerate' in args.part_set:
         accelerate_row(args, meta, log, clock, s1_profile)
     meta['wall_s'] = clock.elapsed()
     log.save_meta()
@@ -666,8 +678,9 @@ def targets(rows: list[dict[str, Any]], meta: Mapping[str, Any]) -> list[dict[st
                               lambda r: r['peak_allocated_bytes'] <= r['budget_bytes'],
                               ('peak_allocated_bytes',)))
     if 'predictor' in wanted:
-        found.append(_per_row('predictor: predicted vs measured median', f"<= {BOUNDS['predictor']:.0%}",
-                              rows, lambda r: f"{r['e2e_s'] / r['predicted_s'] - 1:+.2%}",
+        found.append(_per_row('predictor: predicted vs measured median',
+                              f"<= {BOUNDS['predictor']:.0%}", rows,
+                              lambda r: f"{r['e2e_s'] / r['predicted_s'] - 1:+.2%}",
                               lambda r: abs(r['e2e_s'] / r['predicted_s'] - 1)
                               <= BOUNDS['predictor']))
     if 'copy_bound' in wanted:
@@ -744,8 +757,9 @@ def report(out: Path, rows: list[dict[str, Any]], meta: Mapping[str, Any]) -> in
           f"wall {meta.get('wall_s') or 0:.0f} s)")
     build = meta.get('build') or {}
     if build:
-        print(f"build {build.get('seconds', 0):.1f} s; model {build.get('model_bytes', 0) / 1e9:.1f}"
-              f" GB; host RSS after build {(build.get('rss_bytes') or 0) / 1e9:.1f} GB, peak "
+        print(f"build {build.get('seconds', 0):.1f} s; model "
+              f"{build.get('model_bytes', 0) / 1e9:.1f} GB; host RSS after build "
+              f"{(build.get('rss_bytes') or 0) / 1e9:.1f} GB, peak "
               f"{(build.get('peak_rss_bytes') or 0) / 1e9:.1f} GB; pinned store "
               f"{build.get('store_bytes', 0) / 1e9:.1f} GB")
     for name, p in (meta.get('profiles') or {}).items():
@@ -775,7 +789,9 @@ def read_run(path: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the bench, or (`--report`) rebuild its report from rows.jsonl."""
-    args = parse_args(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    args.argv = argv
     logging.basicConfig(level=logging.INFO, format='%(asctime)s %(name)s: %(message)s')
     args.out.mkdir(parents=True, exist_ok=True)
     if args.report:
