@@ -567,7 +567,15 @@ def run(args: argparse.Namespace) -> int:
         'estimates': {}, 'profiles': {}, 'nothing_resident_s': {}, 'build': {}}
     log = Log(out, meta)
     print(f"build: estimated {preset['build_s']:.0f} s", flush=True)
-    engine, meta['build'] = build_engine(args)
+    from alpamayo_offload.engine import EngineError
+
+    try:
+        engine, meta['build'] = build_engine(args)
+    except EngineError as err:          # e.g. host RAM, or the memlock limit for the store
+        meta['build'] = {'status': f'failed: {err}'}
+        log.save_meta()
+        print(f'build failed: {err}', flush=True)
+        return 1
     print(f"build: {meta['build']['seconds']:.1f} s, model {meta['build']['model_bytes'] / 1e9:.1f}"
           f" GB, peak host RSS {(meta['build']['peak_rss_bytes'] or 0) / 1e9:.1f} GB",
           flush=True)
