@@ -31,13 +31,19 @@ Every row is appended to rows.jsonl at once, so a cut run keeps them; `--report`
 table and bench_workloads.json from --out (and `--merge DIR`s) on any machine, without torch.
 The table comes last on stdout: measured against each target's bound, a verdict per target.
 
-GPU machine (one command each; PYTHONPATH = the repository root):
-    PYTHONPATH=$PWD PYTHONUNBUFFERED=1 python3 -m bench.bench_workloads --model 1.5 \\
-        --out $OUT/wl15 --budget-s 540
-    PYTHONPATH=$PWD PYTHONUNBUFFERED=1 python3 -m bench.bench_workloads --model 2super \\
-        --out $OUT/wl2s --budget-s 540
-    python3 -m bench.bench_workloads --model 2super --out $OUT/wl2s_rows \\
-        --profile <dir of an earlier run> --budget-s 540    # rows only, profiles reused
+GPU machine (PYTHONPATH = the repository root). 1.5, one command (~40 s build, ~90 s a
+workload's profile, ~30 s its rows):
+    PYTHONPATH=$PWD PYTHONUNBUFFERED=1 timeout 590 python3 -m bench.bench_workloads \
+        --model 1.5 --out $OUT/wl15 --budget-s 540
+2 Super: the build (~100 s) and its one profile (~300 s) leave too little of a command for the
+rows, so a second command measures them from the first's profile (build/ is git-ignored and
+stays on a warm machine; else carry it):
+    PYTHONPATH=$PWD PYTHONUNBUFFERED=1 timeout 590 python3 -m bench.bench_workloads \
+        --model 2super --out $OUT/wl2s --budget-s 540; mkdir -p build/wl2s && \
+        cp $OUT/wl2s/profile_*.json build/wl2s/
+    PYTHONPATH=$PWD PYTHONUNBUFFERED=1 timeout 590 python3 -m bench.bench_workloads \
+        --model 2super --out $OUT/wl2s_rows --profile build/wl2s --parts rows,accelerate \
+        --budget-s 540
 CPU smoke (tiny presets, tiny frames, synthetic profile):
     .venv/bin/python -m bench.bench_workloads --smoke --model tiny-1.5 --out /tmp/wl
 Report from the rows of one or more runs:
