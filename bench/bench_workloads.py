@@ -337,6 +337,23 @@ def measure_profile(engine: Any, spec: WorkloadSpec, args: argparse.Namespace,
 
 
 # ---------------------------------------------------------------- rows
+def with_engine_vram(engine: Any, profile: Profile, record: dict[str, Any]) -> Profile:
+    """A given profile with this engine's own working-set estimate (not a measurement).
+
+    A profile's layer timings stay valid across code changes that only move memory (e.g. how
+    the KV cache is held); its VRAM terms are the engine's estimates when it was profiled. The
+    rows plan with the current engine's, and `record` keeps both working sets.
+    """
+    tokens = int(engine.config.max_decode_tokens)
+    vram = dataclasses.replace(
+        profile.vram, working_set_bytes=engine.working_set_bytes(), working_set_tokens=tokens,
+        working_set_per_token_bytes=engine.working_set_bytes(tokens + 1)
+        - engine.working_set_bytes(tokens))
+    record['working_set_bytes'] = {'profile': profile.vram.working_set_bytes,
+                                   'engine': vram.working_set_bytes}
+    return dataclasses.replace(profile, vram=vram)
+
+
 def use_workload(engine: Any, spec: WorkloadSpec) -> None:
     """Make the loaded engine run `spec` (its decode options and working set follow)."""
     engine.config = dataclasses.replace(
@@ -630,6 +647,8 @@ def run(args: argparse.Namespace) -> int:
         else:
             meta['profiles'][spec.name] = {'path': path, 'measured_here': False,
                                            'link_gbps': profile.machine.pinned_h2d_gbps}
+            if path != 'synthetic':
+                profile = with_engine_vram(engine, profile, meta['profiles'][spec.name])
         if spec.name == 's1' and path != 'synthetic':
             s1_profile = path
         log.save_meta()

@@ -65,3 +65,30 @@ def test_smoke_2super_skips_what_cannot_run_with_a_reason(tmp_path: Path) -> Non
     preload, *planned = _rows(cut)
     assert preload['status'].startswith('skipped: time budget (needs ~')
     assert [r['status'] for r in planned] == ['skipped: no preload reference in this run'] * 2
+
+
+def test_a_given_profile_plans_with_the_engines_working_set(tmp_path: Path) -> None:
+    """A saved profile keeps its timings; its working set is the current engine's estimate."""
+    import dataclasses
+
+    from alpamayo_offload.planning.profile import save_profile
+
+    args = bench_workloads.parse_args(['--smoke', '--model', 'tiny-1.5', '--out',
+                                       str(tmp_path / 'x'), '--workloads', 's1'])
+    engine, _ = bench_workloads.build_engine(args)
+    spec = bench_workloads.WORKLOADS['s1']
+    bench_workloads.use_workload(engine, spec)
+    profile = bench_workloads.synthetic_for(engine, spec)
+    stale = dataclasses.replace(profile, vram=dataclasses.replace(profile.vram,
+                                                                  working_set_bytes=1))
+    (tmp_path / 'profiles').mkdir()
+    save_profile(stale, tmp_path / 'profiles' / 'profile_s1.json')
+    expected = engine.working_set_bytes()
+    engine.close()
+    out = tmp_path / 'run'
+    assert bench_workloads.main(['--smoke', '--model', 'tiny-1.5', '--out', str(out),
+                                 '--workloads', 's1', '--profile',
+                                 str(tmp_path / 'profiles')]) == 0
+    meta = json.loads((out / 'meta.json').read_text())
+    assert meta['profiles']['s1']['working_set_bytes'] == {'profile': 1, 'engine': expected}
+    assert all(r['status'] == 'ok' for r in _rows(out) if r['kind'] == 'planned')
