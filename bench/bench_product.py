@@ -67,7 +67,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument('--budgets', help='VRAM budgets in GiB, comma separated (default 16,12,8)')
     p.add_argument('--profile', help='profile JSON to plan from, or "synthetic" (made-up, CPU '
                                      'smoke only); default: profile the loaded model here')
-    p.add_argument('--compression', default='auto', choices=('auto', 'off', 'on'),
+    p.add_argument('--compression', default='off', choices=('auto', 'off', 'on'),
                    help="the planner's choice of compressed placements (off where nvCOMP is not "
                         'installed: a compressed plan would fall back to raw streaming)')
     p.add_argument('--paths', default=','.join(PATHS), help='which of engine,replay,node')
