@@ -145,6 +145,7 @@ class AlpamayoOffloadNode(LifecycleNode):
         self._routes_supported = True              # the loaded model takes route text
         self._questions = PendingQuestions(QUESTION_QUEUE)
         self.exit_code: int | None = None         # set on reaching finalized: the process ends
+        self.executor_made = ''                   # the callback executor `run` spins it with
         self._streams = StreamMonitor([f'camera_{c.slot}' for c in self._cfg.cameras]
                                       + ['odometry'])
         self._path_rate = EventRate()
@@ -176,7 +177,8 @@ class AlpamayoOffloadNode(LifecycleNode):
             self._cfg = cfg = self._sized(self._cfg)
             st = self._status
             st.engine_info = loaded.engine.info
-            st.start_info = {**loaded.report, 'camera_slots': [c.slot for c in cfg.cameras]}
+            st.start_info = {**loaded.report, 'camera_slots': [c.slot for c in cfg.cameras],
+                             'executor': self.executor_made or cfg.executor}
             self._routes_supported = loaded.engine.info.model_family != 'r1'
             st.start_warning, st.load_error = loaded.warning, ''
             st.model_state = 'degraded' if loaded.warning else 'ready'
@@ -601,8 +603,8 @@ def _autostart(node: AlpamayoOffloadNode) -> None:
 
 def run(node: AlpamayoOffloadNode) -> int:
     """Spin until the node reaches finalized (or ROS shuts down); return the exit status."""
-    executor, kind = make_executor(node.executor_kind, node.context)
-    node.get_logger().info(f'callback executor: {kind}')
+    executor, node.executor_made = make_executor(node.executor_kind, node.context)
+    node.get_logger().info(f'callback executor: {node.executor_made}')
     executor.add_node(node)
     if node.autostart:
         starter: list[Any] = []
