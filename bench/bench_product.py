@@ -6,6 +6,9 @@ file; then, with that plan and the same input shapes (4 cameras x 4 frames of 19
 resized to the model's own size):
 
 - `engine`: `Engine.infer` on the example input, frames presized as the node hands them over;
+  its runs are split in two halves, one before and one after replay (each after its own
+  re-plan and warm-up), so neither path is always the one measured first after a load, a
+  re-plan or the previous node's exit (the halves' medians are kept as `halves_total_ms`);
 - `replay`: `replay_session` over a recording of 4 x 1080p camera-like JPEG cameras (the
   synthetic drive writer, frames from `bench_decode.camera_jpeg`) with the same engine;
 - `node`: the node (`alpamayo_offload.ros.node`, its own process and engine, real rclpy and
@@ -194,15 +197,33 @@ def write_params(path: Path, values: Mapping[str, Any]) -> Path:
 
 
 # ---------------------------------------------------------------- the three paths
+def schedule(paths: list[str], runs: int) -> list[tuple[str, int]]:
+    """The order paths run in at one budget, with the timed runs of each part.
+
+    With replay, the engine's runs bracket it: half before, the rest after.
+    """
+    if 'engine' not in paths or 'replay' not in paths or runs < 2:
+        return [(name, runs) for name in paths]
+    order: list[tuple[str, int]] = []
+    for name in paths:
+        if name == 'engine':
+            order.append(('engine', runs // 2))
+        elif name == 'replay':
+            order += [('replay', runs), ('engine', runs - runs // 2)]
+        else:
+            order.append((name, runs))
+    return order
+
+
 def engine_path(engine: Any, model_input: Any, args: argparse.Namespace,
-                trace: Path | None) -> dict[str, Any]:
+                trace: Path | None, runs: int) -> dict[str, Any]:
     """Time `Engine.infer` directly: its stages and the synchronised wall time per call."""
     import torch
 
     cuda = args.device.startswith('cuda')
     infer = traced(engine.infer, args.warmup + 1, trace) if trace else engine.infer
     rows = []
-    for i in range(args.warmup + args.runs):
+    for i in range(args.warmup + runs):
         if cuda:
             torch.cuda.synchronize()
         t0 = time.perf_counter()
@@ -323,9 +344,24 @@ def node_path(bag: Path, files: list[Path], remaps: Mapping[str, str], gib: floa
     model = statuses['model'][-1]['values'] if statuses['model'] else {}
     return {'rows': rows, 'state': state, 'ready_s': round(ready_s, 1),
             'inferences_seen': counts, 'alive_at_end': alive, 'exit_code': proc.returncode,
-            'torch_threads': model.get('inference_threads'), 'model_status': model,
+            'torch_threads': model.get('inference_threads'), 'executor': model.get('executor'),
+            'model_status': model,
             'plan_status': statuses['plan'][-1] if statuses['plan'] else None,
             'log_tail': log.read_text()[-3000:] if len(rows) < args.runs else ''}
+
+
+def merge_parts(earlier: Mapping[str, Any], got: dict[str, Any]) -> dict[str, Any]:
+    """The engine path's parts as one result: rows joined, each part's median total kept."""
+    if 'rows' not in earlier:
+        got['halves_total_ms'] = [_median_total(got['rows'])]
+        return got
+    return {**got, 'rows': [*earlier['rows'], *got['rows']],
+            'seconds': round(earlier['seconds'] + got['seconds'], 1),
+            'halves_total_ms': [*earlier['halves_total_ms'], _median_total(got['rows'])]}
+
+
+def _median_total(rows: list[Mapping[str, float]]) -> float | None:
+    return statistics.median(r['total'] for r in rows) if rows else None
 
 
 def node_child(argv: list[str]) -> None:
@@ -425,12 +461,16 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             'predicted_ms': predicted_stage_ms(result.prediction), 'paths': {}}
         doc['budgets'].append(row)
         files = [default_params_file(), params, plan_file]
-        for name in paths:
+        parts: dict[str, dict[str, Any]] = {}   # each path's raw result (rows) at this budget
+        for name, runs in schedule(paths, args.runs):
             need_s = expected_s(name, result.prediction.total_s, args)
             if time.perf_counter() - start + need_s > args.budget_s:
-                row['paths'][name] = {'skipped': f'time budget (--budget-s): needs ~{need_s:.0f} s'}
+                row['paths'].setdefault(
+                    name, {'skipped': f'time budget (--budget-s): needs ~{need_s:.0f} s'})
                 continue
-            trace = out / f'trace_{name}_{gib:g}GiB.json.gz' if args.trace and i == 0 else None
+            earlier = parts.get(name, {})
+            trace = out / f'trace_{name}_{gib:g}GiB.json.gz' \
+                if args.trace and i == 0 and not earlier else None
             t = time.perf_counter()
             if name == 'node':
                 cap_vram(args.device, None)
@@ -441,11 +481,16 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                 engine.replan(resident={s: placement.indices(s) for s in placement.resident},
                               mode='pipelined', budget_bytes=budget,
                               embed_on_host=placement.embed_on_host)
-                got = engine_path(engine, model_input, args, trace) if name == 'engine' else \
+                got = engine_path(engine, model_input, args, trace, runs) \
+                    if name == 'engine' else \
                     replay_path(engine, bag, files, remaps, args, work / f'replay_{gib:g}', trace)
             got['seconds'] = round(time.perf_counter() - t, 1)
-            got['stages_ms'] = summary(got.pop('rows'))
-            row['paths'][name] = got
+            if name == 'engine':
+                got = merge_parts(earlier, got)
+            parts[name] = got
+            row['paths'][name] = {**{k: v for k, v in got.items() if k != 'rows'},
+                                  'stages_ms': summary(got['rows'])}
+            got = row['paths'][name]
             LOG.info('%g GiB %s: %s', gib, name, {k: round(v['median'], 1)
                                                   for k, v in got['stages_ms'].items()})
             (out / 'bench_product.json').write_text(json.dumps(doc, indent=1) + '\n')

@@ -60,6 +60,7 @@ class NodeConfig:
     decoder: str                    # 'cpu' or 'gpu' ('auto' resolved)
     decode_warn_s: float            # 0: never warn
     torch_threads: int              # 0: torch default
+    executor: str                   # 'events' or 'single' (ROS callback executor)
     camera_depth: int
     odometry_depth: int
     diagnostics_period_s: float
@@ -125,7 +126,7 @@ def _build(v: dict[str, Any]) -> NodeConfig:
         decode_ahead_min_interval_s=v['images.decode_ahead_min_interval_s'],
         decoder='gpu' if v['images.decoder'] == 'gpu' else 'cpu',
         decode_warn_s=v['images.decode_warn_ms'] / 1e3,
-        torch_threads=v['inference.threads'],
+        torch_threads=v['inference.threads'], executor=v['inference.executor'],
         camera_depth=v['buffers.camera_depth'], odometry_depth=v['buffers.odometry_depth'],
         diagnostics_period_s=v['diagnostics.period_s'],
         rate_tolerance=v['diagnostics.rate_tolerance'],

@@ -252,6 +252,12 @@ _SPECS = (
     _p('inference.threads', _I, 1, 'torch CPU threads (process-wide; 0: torch default, all '
        'cores); few keep callbacks and other processes responsive on small hosts',
        unit='threads', minimum=0, restart=True),
+    _p('inference.executor', _S, 'events', "ROS callback executor: 'events' (rclpy's "
+       'EventsExecutor, in C++: a message costs the Python interpreter about a third of the '
+       'CPU it costs the Python executor, and so the inference thread, which needs the '
+       "interpreter between its GPU launches, loses less to odometry and camera callbacks) or "
+       "'single' (rclpy's SingleThreadedExecutor; also where rclpy has no EventsExecutor)",
+       choices=('events', 'single'), restart=True),
     _p('sync.frame_tolerance_s', _F, 0.05, 'max distance of a chosen frame from its target time',
        unit='s', minimum=0.0, min_exclusive=True),
     _p('sync.max_input_age_s', _F, 1.0, 'skip when t0 is older than this', unit='s',

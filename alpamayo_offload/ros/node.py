@@ -23,7 +23,8 @@ queue) and hands them to one worker thread, which decodes the rest, runs the eng
 publishes. The tick also picks the route text (`app/route.py`: the latest, unless stale or
 cleared) that the inference puts in the prompt. After publishing, the worker answers at most one
 waiting question (`~/input/question`) on the same frames, so questions delay the next driving
-inference by at most one answer. One executor thread runs every callback: with a second one
+inference by at most one answer. One executor thread runs every callback (`inference.executor`:
+rclpy's C++ EventsExecutor by default, `ros/executor.py` says why): with a second one
 /diagnostics kept reporting while configure loads the model, but rclpy's multi-threaded
 executor then fell behind 100 Hz odometry on a small CPU (inputs refused as stale), so the
 heartbeat pauses during that load.
@@ -49,7 +50,7 @@ from diagnostic_msgs.msg import DiagnosticArray
 from nav_msgs.msg import Odometry, Path
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.clock import Clock, ClockType
-from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.executors import ExternalShutdownException
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
@@ -80,6 +81,7 @@ from ..assembly import (
 from . import diagnostics as diag
 from . import params
 from .conversions import path_msg, to_odom_frame
+from .executor import make_executor
 
 EngineLoader = Callable[[NodeConfig], LoadedEngine]
 _STAGES = ('preprocess', 'vision', 'prefill', 'decode', 'diffusion', 'postprocess')
@@ -143,6 +145,7 @@ class AlpamayoOffloadNode(LifecycleNode):
         self._routes_supported = True              # the loaded model takes route text
         self._questions = PendingQuestions(QUESTION_QUEUE)
         self.exit_code: int | None = None         # set on reaching finalized: the process ends
+        self.executor_made = ''                   # the callback executor `run` spins it with
         self._streams = StreamMonitor([f'camera_{c.slot}' for c in self._cfg.cameras]
                                       + ['odometry'])
         self._path_rate = EventRate()
@@ -174,7 +177,8 @@ class AlpamayoOffloadNode(LifecycleNode):
             self._cfg = cfg = self._sized(self._cfg)
             st = self._status
             st.engine_info = loaded.engine.info
-            st.start_info = {**loaded.report, 'camera_slots': [c.slot for c in cfg.cameras]}
+            st.start_info = {**loaded.report, 'camera_slots': [c.slot for c in cfg.cameras],
+                             'executor': self.executor_made or cfg.executor}
             self._routes_supported = loaded.engine.info.model_family != 'r1'
             st.start_warning, st.load_error = loaded.warning, ''
             st.model_state = 'degraded' if loaded.warning else 'ready'
@@ -549,6 +553,11 @@ class AlpamayoOffloadNode(LifecycleNode):
         """Whether the node drives configure + activate itself at start-up."""
         return self._cfg.autostart
 
+    @property
+    def executor_kind(self) -> str:
+        """The ROS callback executor `inference.executor` asks for ('events' or 'single')."""
+        return self._cfg.executor
+
     def close(self) -> None:
         """Stop everything a transition left running (Ctrl-C in any state)."""
         self._stop_running()
@@ -594,7 +603,8 @@ def _autostart(node: AlpamayoOffloadNode) -> None:
 
 def run(node: AlpamayoOffloadNode) -> int:
     """Spin until the node reaches finalized (or ROS shuts down); return the exit status."""
-    executor = SingleThreadedExecutor(context=node.context)
+    executor, node.executor_made = make_executor(node.executor_kind, node.context)
+    node.get_logger().info(f'callback executor: {node.executor_made}')
     executor.add_node(node)
     if node.autostart:
         starter: list[Any] = []
