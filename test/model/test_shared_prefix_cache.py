@@ -27,7 +27,7 @@ from alpamayo_offload.model import (
     tiny_2super_config,
     tiny_config,
 )
-from alpamayo_offload.model import inference as inference_module
+from testkit.repeated_cache import repeated_cache
 
 H, D = 2, 16
 
@@ -120,24 +120,6 @@ def test_stacked_caches_equal_zero_padded_concatenation() -> None:
 
 
 # ---- whole rollouts: the shared prefix against the repeated cache ----------------------------
-def _reference_stack(a, b):
-    """Stacking as it was: the two caches' zero-padded copies concatenated per layer."""
-    (cache_a, pos_a, mask_a), (cache_b, pos_b, mask_b) = a, b
-    len_a, len_b = cache_a.get_seq_length(), cache_b.get_seq_length()
-    width = max(len_a, len_b)
-    stacked = DynamicCache()
-    for i, (la, lb) in enumerate(zip(cache_a.layers, cache_b.layers, strict=True)):
-        pad = torch.nn.functional.pad
-        keys = torch.cat([pad(la.keys, (0, 0, 0, width - len_a)),
-                          pad(lb.keys, (0, 0, 0, width - len_b))])
-        values = torch.cat([pad(la.values, (0, 0, 0, width - len_a)),
-                            pad(lb.values, (0, 0, 0, width - len_b))])
-        stacked.update(keys, values, i)
-    masks = [inference_module._pad_mask(m, n, width) for m, n in ((mask_a, len_a),
-                                                                  (mask_b, len_b))]
-    return stacked, torch.cat([pos_a, pos_b], dim=1), torch.cat(masks)
-
-
 def _raw_inputs() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     rng = np.random.default_rng(0)
     images = rng.integers(0, 256, size=(4, 4, 81, 144, 3), dtype=np.uint8)
@@ -148,11 +130,9 @@ def _raw_inputs() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return images, xyz, rot
 
 
-def _both(monkeypatch, run):
+def _both(run):
     new = run()
-    with monkeypatch.context() as m:
-        m.setattr(inference_module, 'SharedPrefixCache', DynamicCache)
-        m.setattr(inference_module, 'stack_expert_contexts', _reference_stack)
+    with repeated_cache():
         ref = run()
     return new, ref
 
@@ -167,7 +147,7 @@ CASES = {
 
 
 @pytest.mark.parametrize('case', list(CASES))
-def test_rollouts_equal_the_repeated_cache_bit_for_bit(monkeypatch, case: str) -> None:
+def test_rollouts_equal_the_repeated_cache_bit_for_bit(case: str) -> None:
     make, samples, weight, nav = CASES[case]
     torch.set_num_threads(1)
     model = build_random(make(), seed=5)
@@ -177,7 +157,7 @@ def test_rollouts_equal_the_repeated_cache_bit_for_bit(monkeypatch, case: str) -
                             camera_indices=slots)
     opts = DecodeOptions(max_decode_tokens=12, sample=True, seed=3, num_samples=samples,
                          guidance_weight=weight, diffusion_steps=3)
-    new, ref = _both(monkeypatch, lambda: run_inference(model, inputs, 'cpu', opts,
+    new, ref = _both(lambda: run_inference(model, inputs, 'cpu', opts,
                                                         keep_extras=True))
     assert torch.equal(new.xyz, ref.xyz) and torch.equal(new.rot, ref.rot)
     assert torch.equal(new.new_token_ids, ref.new_token_ids)
@@ -188,10 +168,10 @@ def test_rollouts_equal_the_repeated_cache_bit_for_bit(monkeypatch, case: str) -
         assert len({tuple(r.tolist()) for r in new.new_token_ids}) > 1
 
 
-def test_question_answers_equal_the_repeated_cache(monkeypatch) -> None:
+def test_question_answers_equal_the_repeated_cache() -> None:
     model = build_random(tiny_1_5_config(), seed=2)
     images, _, _ = _raw_inputs()
     inputs = prepare_vqa_inputs(images, 'Is the light green?', model.cfg, SyntheticTextIds())
     opts = DecodeOptions(max_decode_tokens=8, sample=True, num_samples=3)
-    new, ref = _both(monkeypatch, lambda: generate_text(model, inputs, 'cpu', opts))
+    new, ref = _both(lambda: generate_text(model, inputs, 'cpu', opts))
     assert torch.equal(new.token_ids, ref.token_ids)
