@@ -10,6 +10,8 @@ the zero padding of stacked contexts). Repeating rows repeats only the suffix.
 `update` returns the layer's full (rows, kv heads, length, head_dim) K/V built for that call
 alone, contiguous, with the values `DynamicCache`'s concatenation holds, so the attention gets
 the same tensors and its output is bit-identical; only one layer's full K/V exists at a time.
+A layer of one group and no sharing (one sample) grows as `DynamicCache` does, op for op:
+host-bound decode passes issue no more kernels than before.
 Everything stored is a copy: an update's K/V may be a CUDA graph's static output
 (model/layer_graphs.py), overwritten by the next replay.
 """
@@ -43,13 +45,29 @@ class RowGroup:
         """Tokens per row: the prefix's plus the suffix's."""
         return self.prefix[0].shape[-2] + (0 if self.suffix is None else self.suffix[0].shape[-2])
 
-    def append(self, kv: KV) -> None:
-        """Append tokens (rows, H, q, D) to every row's suffix (a copy)."""
+    def append(self, kv: KV) -> KV:
+        """Append tokens (rows, H, q, D) to every row's suffix (a copy); return the suffix."""
         if self.suffix is None:
             self.suffix = _copy(kv)
         else:
             self.suffix = (torch.cat([self.suffix[0], kv[0]], dim=-2),
                            torch.cat([self.suffix[1], kv[1]], dim=-2))
+        return self.suffix
+
+    def extend(self, kv: KV) -> KV:
+        """Append tokens (rows, H, q, D) and return every row's full K/V, in the fewest ops.
+
+        Nothing shared (one prefix row per row, e.g. one sample): the prefix grows by
+        concatenation, as `DynamicCache` does, and is returned. Shared: the suffix grows, and
+        the shared prefix, expanded over the rows, is concatenated with it.
+        """
+        if self.suffix is None and self.prefix[0].shape[0] == self.rows:
+            self.prefix = (torch.cat([self.prefix[0], kv[0]], dim=-2),
+                           torch.cat([self.prefix[1], kv[1]], dim=-2))
+            return self.prefix
+        suffix = self.append(kv)
+        return (torch.cat([self.prefix[0].expand(self.rows, -1, -1, -1), suffix[0]], dim=-2),
+                torch.cat([self.prefix[1].expand(self.rows, -1, -1, -1), suffix[1]], dim=-2))
 
     def drop_last(self, n: int) -> None:
         """Remove the last `n` tokens of every row (suffix first, then prefix)."""
@@ -116,6 +134,8 @@ class SharedPrefixLayer(CacheLayerMixin):
         if key_states.shape[0] != self.rows:
             raise ValueError(f'cache update of {key_states.shape[0]} rows for a cache of '
                              f'{self.rows}')
+        if len(self.groups) == 1:
+            return self.groups[0].extend((key_states, value_states))
         start = 0
         for group in self.groups:
             stop = start + group.rows

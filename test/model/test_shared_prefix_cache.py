@@ -83,6 +83,19 @@ def test_updates_repeats_and_crops_return_what_a_repeated_dynamic_cache_does() -
     _same(ours.update(*kv, 0), ref.update(*kv, 0))
 
 
+def test_one_row_grows_as_a_dynamic_cache_does() -> None:
+    """Nothing shared: the same concatenations, so one sample issues the ops it did before."""
+    ours, ref = SharedPrefixCache(), DynamicCache()
+    for step, length in enumerate((7, 1, 1, 4)):
+        kv = _kv(1, length, step)
+        got = ours.update(*kv, 0)
+        _same(got, ref.update(*kv, 0))
+    assert ours.layers[0].groups[0].suffix is None
+    ours.crop(-4)
+    ref.crop(-4)
+    _same(ours.update(*_kv(1, 2, 9), 0), ref.update(*_kv(1, 2, 9), 0))
+
+
 def test_the_prompt_is_stored_once_and_never_aliases_an_update() -> None:
     cache = SharedPrefixCache()
     keys, values = _kv(1, 9, 0)
