@@ -20,9 +20,10 @@ _CAMERA_NAME_TOKENS = 6
 _FRAME_TEXT_TOKENS = 3
 _NAV_TEXT_TOKENS = 64
 # Bytes per vocabulary entry and sample of a decode pass's logits: the lm_head's output, its
-# float32 copy and the sampling's float32 / int64 temporaries (scale, sort, softmax, cumsum,
-# scatter).
-_LOGIT_BYTES = 40
+# float32 copy (and the prefill's copy per sample); sampling adds its float32 / int64
+# temporaries (scale, sort values and indices, softmax, cumsum, scatter).
+_GREEDY_LOGIT_BYTES = 12
+_SAMPLED_LOGIT_BYTES = 40
 
 
 def estimate_prompt_tokens(cfg: AlpamayoConfig, n_images: int = 16, height: int = 1080,
@@ -62,7 +63,7 @@ def estimate_working_set(cfg: AlpamayoConfig, dtype_bytes: int, config: EngineCo
     to the longer prompt. Held at its largest, beside the largest transient of any phase:
     - prefill: its activations (MLP intermediate x 3, hidden x 6) and the vision outputs kept;
     - decode: one layer's full K/V built for the attention (and its copy as it is built), the
-      logits and the sampling's (S, vocabulary) temporaries;
+      logits and, when sampling, the sampling's (S, vocabulary) temporaries;
     - the expert (2S rows with guidance) and the unguided refeed: one layer's full K/V, SDPA's
       copies of it at the query heads (a masked call repeats K/V and lays them out again) and
       the mask's float copies, expanded over the heads; plus the expert's activations.
@@ -82,7 +83,8 @@ def estimate_working_set(cfg: AlpamayoConfig, dtype_bytes: int, config: EngineCo
     stored = t.num_layers * kv_token * (prompts * prompt + rows * suffix)
     prefill = prompt * (3 * t.intermediate_size + (7 + len(cfg.vision.deepstack_visual_indexes))
                         * t.hidden_size) * dtype_bytes
-    decode = samples * (length * 2 * kv_token + t.vocab_size * _LOGIT_BYTES)
+    logit_bytes = _SAMPLED_LOGIT_BYTES if config.sample else _GREEDY_LOGIT_BYTES
+    decode = samples * (length * 2 * kv_token + t.vocab_size * logit_bytes)
     expert = rows * (length * _masked_attention_bytes(kv_token, e.num_heads, e.head_dim, n,
                                                       dtype_bytes)
                      + n * (3 * e.intermediate_size + 6 * e.hidden_size) * dtype_bytes)
