@@ -5,6 +5,7 @@ The runtime checks a plan against these terms, and `Engine.info` reports them to
 from __future__ import annotations
 
 from ..model import AlpamayoConfig
+from ..model.layer_graphs import MAX_GRAPHED_TOKENS
 from .config import EngineConfig
 
 # Working-set margin on top of the estimate below: allocator slack, cuBLAS workspaces.
@@ -18,6 +19,11 @@ _GRAPH_FIXED = 96 * 2**20
 _CAMERA_NAME_TOKENS = 6
 _FRAME_TEXT_TOKENS = 3
 _NAV_TEXT_TOKENS = 64
+# Bytes per vocabulary entry and sample of a decode pass's logits: the lm_head's output, its
+# float32 copy (and the prefill's copy per sample); sampling adds its float32 / int64
+# temporaries (scale, sort values and indices, softmax, cumsum, scatter).
+_GREEDY_LOGIT_BYTES = 12
+_SAMPLED_LOGIT_BYTES = 40
 
 
 def estimate_prompt_tokens(cfg: AlpamayoConfig, n_images: int = 16, height: int = 1080,
@@ -49,38 +55,84 @@ def estimated_cameras(cfg: AlpamayoConfig, config: EngineConfig) -> int:
 
 
 def estimate_working_set(cfg: AlpamayoConfig, dtype_bytes: int, config: EngineConfig) -> int:
-    """Device bytes for activations and the KV cache of one inference, plus allocator slack.
+    """Device bytes for the KV cache and activations of one inference, plus allocator slack.
 
-    KV cache: 2 x layers x kv_heads x head_dim x (prompt + tokens + 64 action tokens) per sample,
-    twice with navigation guidance (the unguided context beside the guided one, then both
-    stacked for the batched expert: at most one more layer's copy at a time).
-    Activations: the prefill's widest tensors (MLP intermediate x 3, hidden x 6) and the ViT's.
-    """
-    t = cfg.text
-    tokens = estimate_prompt_tokens(cfg, 4 * estimated_cameras(cfg, config)) \
-        + config.max_decode_tokens + 1 + 64
-    rows = config.num_samples * (2 if config.guidance_weight is not None else 1)
-    kv = 2 * t.num_layers * t.num_kv_heads * t.head_dim * tokens * dtype_bytes * rows
-    prefill = tokens * (3 * t.intermediate_size + 6 * t.hidden_size) * dtype_bytes
-    logits = config.num_samples * cfg.text.vocab_size * 4 * 4
-    graphs = estimate_graph_bytes(cfg, dtype_bytes, rows) \
-        if config.layer_graphs and config.device.startswith('cuda') else 0
-    return kv + prefill + logits + graphs + _WORKING_SET_SLACK
-
-
-def estimate_graph_bytes(cfg: AlpamayoConfig, dtype_bytes: int, num_samples: int) -> int:
-    """Device bytes the resident layers' CUDA graphs keep (model/layer_graphs.py), at most.
-
-    Every language-model layer graphed for a decode token per sample, every expert layer for the
-    64 action tokens per sample; each keeps its input, output, attention output, query, key and
-    value. The shared pool also keeps the widest capture's activations (MLP intermediate x 3);
-    the capture stream keeps a cuBLAS workspace, and segments round up (`_GRAPH_FIXED`).
+    KV cache (model/shared_prefix_cache.py): one copy of the prompt's K/V per prompt (two with
+    navigation guidance: the guided and the unguided one) and, per row (S, or 2S with guidance),
+    its new tokens, the expert's 64 action tokens and, stacked for guidance, the zero padding up
+    to the longer prompt. Held at its largest, beside the largest transient of any phase:
+    - prefill: its activations (MLP intermediate x 3, hidden x 6) and the vision outputs kept;
+    - decode: one layer's full K/V built for the attention (and its copy as it is built), the
+      logits and, when sampling, the sampling's (S, vocabulary) temporaries;
+    - the expert (2S rows with guidance) and the unguided refeed: one layer's full K/V, SDPA's
+      copies of it at the query heads (a masked call repeats K/V and lays them out again) and
+      the mask's float copies, expanded over the heads; plus the expert's activations.
+    CUDA graphs of resident layers add what `estimate_graph_bytes` counts.
     """
     t, e = cfg.text, cfg.expert
-    decode, action = num_samples, num_samples * cfg.action.n_waypoints
-    lm = t.num_layers * decode * (2 * t.hidden_size + 2 * t.num_heads * t.head_dim
-                                  + 2 * t.num_kv_heads * t.head_dim)
-    expert = t.num_layers * action * (2 * e.hidden_size + 2 * e.num_heads * e.head_dim
-                                      + 2 * t.num_kv_heads * e.head_dim)
-    widest = max(decode * t.intermediate_size, action * e.intermediate_size) * 3
+    prompt = estimate_prompt_tokens(cfg, 4 * estimated_cameras(cfg, config))
+    new = config.max_decode_tokens + 1
+    n = cfg.action.n_waypoints
+    guided = config.guidance_weight is not None
+    samples = config.num_samples
+    prompts = 2 if guided else 1
+    rows = samples * prompts
+    suffix = new + n + (_NAV_TEXT_TOKENS if guided else 0)
+    length = prompt + suffix
+    kv_token = 2 * t.num_kv_heads * t.head_dim * dtype_bytes         # one token of one layer
+    stored = t.num_layers * kv_token * (prompts * prompt + rows * suffix)
+    prefill = prompt * (3 * t.intermediate_size + (7 + len(cfg.vision.deepstack_visual_indexes))
+                        * t.hidden_size) * dtype_bytes
+    logit_bytes = _SAMPLED_LOGIT_BYTES if config.sample else _GREEDY_LOGIT_BYTES
+    decode = samples * (length * 2 * kv_token + t.vocab_size * logit_bytes)
+    expert = rows * (length * _masked_attention_bytes(kv_token, e.num_heads, e.head_dim, n,
+                                                      dtype_bytes)
+                     + n * (3 * e.intermediate_size + 6 * e.hidden_size) * dtype_bytes)
+    refeed = samples * length * _masked_attention_bytes(kv_token, t.num_heads, t.head_dim, new,
+                                                        dtype_bytes) if guided else 0
+    graphs = estimate_graph_bytes(cfg, dtype_bytes, samples, guided, prompt, new) \
+        if config.layer_graphs and config.device.startswith('cuda') else 0
+    return stored + max(prefill, decode, expert, refeed) + graphs + _WORKING_SET_SLACK
+
+
+def _masked_attention_bytes(kv_token: int, heads: int, head_dim: int, queries: int,
+                            dtype_bytes: int) -> int:
+    """Transient bytes per key and row of an attention call with an additive mask.
+
+    The layer's full K/V, transformers' `repeat_kv` of K and V to the query heads and SDPA's
+    re-laid-out copies of them, and the float mask (float32, its cast, expanded over the heads).
+    """
+    return (kv_token + 4 * heads * head_dim * dtype_bytes
+            + queries * (heads * 4 + 4 + 4 + dtype_bytes))
+
+
+def estimate_graph_bytes(cfg: AlpamayoConfig, dtype_bytes: int, num_samples: int,
+                         guided: bool = False, prompt_tokens: int | None = None,
+                         new_tokens: int = 0) -> int:
+    """Device bytes the resident layers' CUDA graphs keep (model/layer_graphs.py), at most.
+
+    A layer is graphed per input shape of at most `MAX_GRAPHED_TOKENS` tokens: every
+    language-model layer for a decode token per sample, for the prompt when it is that short
+    (twice with navigation guidance) and for guidance's refeed of `new_tokens` per sample;
+    every expert layer for the 64 action tokens per row (2 per sample with guidance). Each
+    keeps its input, output, attention output, query, key and value. The shared pool also keeps
+    the widest capture's activations (MLP intermediate x 3); the capture stream keeps a cuBLAS
+    workspace, and segments round up (`_GRAPH_FIXED`).
+    """
+    t, e = cfg.text, cfg.expert
+    rows = num_samples * (2 if guided else 1)
+    shapes = [num_samples]
+    if prompt_tokens is not None:
+        shapes += [prompt_tokens] * (2 if guided else 1)
+    if guided:
+        shapes.append(num_samples * new_tokens)
+    lm_tokens = [k for k in shapes if k <= MAX_GRAPHED_TOKENS]
+    action = rows * cfg.action.n_waypoints
+    expert_tokens = action if action <= MAX_GRAPHED_TOKENS else 0
+    lm = t.num_layers * sum(lm_tokens) * (2 * t.hidden_size + 2 * t.num_heads * t.head_dim
+                                          + 2 * t.num_kv_heads * t.head_dim)
+    expert = t.num_layers * expert_tokens * (2 * e.hidden_size + 2 * e.num_heads * e.head_dim
+                                             + 2 * t.num_kv_heads * e.head_dim)
+    widest = max(max(lm_tokens, default=0) * t.intermediate_size,
+                 expert_tokens * e.intermediate_size) * 3
     return (lm + expert + widest) * dtype_bytes + _GRAPH_FIXED

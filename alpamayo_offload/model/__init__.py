@@ -46,6 +46,7 @@ from .layer_graphs import GraphedDecoderLayer, LayerGraphs, graph_decoder_layers
 from .norms import FusedRMSNorm, fuse_rms_norms
 from .observer import NullObserver, PhaseObserver
 from .rope import RolledRotaryAttention, roll_rotary
+from .shared_prefix_cache import SharedPrefixCache, stack_caches
 from .tokens import SyntheticTextIds, TextEncoder, TokenizerDirEncoder
 from .vision_attention import OneSyncVisionAttention, sync_vision_once
 
@@ -54,11 +55,12 @@ __all__ = [
     "DecodeOptions", "FusedRMSNorm", "GraphedDecoderLayer", "HostMemoryError", "ImageSizing",
     "InferenceResult", "LayerGraphs", "ModelError", "ModelInputError", "ModelInputs",
     "NullObserver", "OneSyncVisionAttention", "PhaseObserver", "RolledRotaryAttention",
-    "Rollout", "SyntheticTextIds", "TextEncoder", "TextResult", "TokenizerDirEncoder",
+    "Rollout", "SharedPrefixCache", "SyntheticTextIds", "TextEncoder", "TextResult",
+    "TokenizerDirEncoder",
     "build_meta", "build_random", "full_1_5_config", "full_2super_config", "full_config",
     "fuse_rms_norms", "generate_text", "graph_decoder_layers", "inputs_from_processed",
     "load_checkpoint", "materialize_random", "prepare_inputs", "prepare_vqa_inputs", "preset",
     "release_camera_slots", "roll_rotary", "run_inference", "save_checkpoint", "scaled_config",
-    "sync_vision_once",
+    "stack_caches", "sync_vision_once",
     "tiny_1_5_config", "tiny_2super_config", "tiny_config", "to_t0_frame",
 ]

@@ -7,7 +7,8 @@ pass follows is left between passes:
 
 1. vision   ViT on all images -> merged image embeddings + DeepStack features
 2. prefill  token embeddings (gathered where `embed_tokens` lives, e.g. the host), image
-            embeddings scattered in, M-RoPE positions, LM forward into a DynamicCache
+            embeddings scattered in, M-RoPE positions, LM forward into a SharedPrefixCache
+            (one copy of the prompt's K/V however many samples attend to it)
 3. decode   one token per pass; ids 151669-155668 masked; stop one token late after
             <|traj_future_start|> so its K/V is in the cache (spec 4.2, pitfall 3)
 4. diffusion Euler steps (the model's own count unless `DecodeOptions` overrides it):
@@ -30,13 +31,14 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
-from transformers import DynamicCache
+from transformers.cache_utils import Cache
 
 from .alpamayo import AlpamayoR1
 from .config import ANSWER_END_ID, IM_END_ID, IMAGE_PAD_ID, PAD_ID, TRAJ_FUTURE_START_ID
 from .errors import ModelInputError
 from .inputs import ModelInputs
 from .observer import NullObserver, PhaseObserver
+from .shared_prefix_cache import SharedPrefixCache, stack_caches
 from .tokens import TextEncoder, chain_of_causation_ids, remove_route_span
 
 logger = logging.getLogger(__name__)
@@ -162,7 +164,7 @@ class Rollout:
 
     def prefill(self, input_ids: torch.Tensor, grid_thw: torch.Tensor,
                 image_embeds: torch.Tensor, deepstack: list[torch.Tensor],
-                ) -> tuple[torch.Tensor, torch.Tensor, DynamicCache, torch.Tensor]:
+                ) -> tuple[torch.Tensor, torch.Tensor, SharedPrefixCache, torch.Tensor]:
         """-> last-position logits (B, V), hidden states (B, L, D), cache, rope_deltas (B, 1)."""
         vlm = self.model.vlm
         ids = input_ids.to(self.device)
@@ -174,7 +176,7 @@ class Rollout:
         embeds = embeds.masked_scatter(image_mask[..., None], image_embeds.to(embeds.dtype))
         position_ids, rope_deltas = vlm.model.get_rope_index(
             ids, mm_token_type_ids=image_mask.int(), image_grid_thw=grid_thw.to(self.device))
-        cache = DynamicCache(config=vlm.config.text_config)
+        cache = SharedPrefixCache()
         out = vlm.model.language_model(
             inputs_embeds=embeds, position_ids=position_ids, past_key_values=cache,
             use_cache=True, visual_pos_masks=image_mask,
@@ -183,7 +185,7 @@ class Rollout:
         return vlm.lm_head(hidden[:, -1]).float(), hidden, cache, rope_deltas
 
     # ---- 3. decode ---------------------------------------------------------------------------
-    def decode(self, token: torch.Tensor, cache: DynamicCache,
+    def decode(self, token: torch.Tensor, cache: Cache,
                rope_deltas: torch.Tensor) -> torch.Tensor:
         """Feed one token per row (B, 1) at the next M-RoPE position -> logits (B, V)."""
         b = token.shape[0]
@@ -225,11 +227,12 @@ class Rollout:
     def unguided_context(self, unguided_ids: torch.Tensor, grid_thw: torch.Tensor,
                          image_embeds: torch.Tensor, deepstack: list[torch.Tensor],
                          new_ids: torch.Tensor, observer: PhaseObserver,
-                         ) -> tuple[DynamicCache, torch.Tensor, torch.Tensor, dict[str, Any]]:
+                         ) -> tuple[SharedPrefixCache, torch.Tensor, torch.Tensor, dict[str, Any]]:
         """Navigation guidance's unguided branch: -> cache, expert positions, mask, extras.
 
         The prompt without its route span is prefilled with the guided pass's image features
-        (the images are the same: no second vision pass), its cache repeated per sample, then
+        (the images are the same: no second vision pass), its rows repeated per sample (the
+        prompt's K/V stays one copy, `SharedPrefixCache`), then
         the guided rows' generated tokens (`new_ids`, pad after the stop) are re-fed in one
         teacher-forced pass, pads hidden, at positions `L_u + rope_deltas + k` (official
         `..._cfg_nav`). The cache then holds L_u + g tokens.
@@ -264,7 +267,7 @@ class Rollout:
                   "unguided_expert_position_ids": pos_u, "unguided_expert_attention_mask": mask_u}
         return cache, pos_u, mask_u, extras
 
-    def expert_step(self, x: torch.Tensor, t: torch.Tensor, cache: DynamicCache,
+    def expert_step(self, x: torch.Tensor, t: torch.Tensor, cache: Cache,
                     position_ids: torch.Tensor,
                     mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """One velocity evaluation -> (velocity (B, N, 2), action embeds, expert hidden)."""
@@ -489,31 +492,21 @@ def combine_guidance(v_guided: torch.Tensor, v_unguided: torch.Tensor,
     return (1 - weight) * v_unguided + weight * v_guided
 
 
-ExpertContext = tuple[DynamicCache, torch.Tensor, torch.Tensor]
+ExpertContext = tuple[SharedPrefixCache, torch.Tensor, torch.Tensor]
 
 
 def stack_expert_contexts(a: ExpertContext, b: ExpertContext) -> ExpertContext:
     """Two expert contexts (cache, positions (3, B, N), mask (B, 1, N, C + N)) as one of 2B rows.
 
     The shorter cache is padded at its end with hidden columns, so each row attends to exactly
-    what it did alone. Each source layer is released once copied (no second full cache).
+    what it did alone. The prefixes are moved, not copied; the source caches are left empty.
     """
     (cache_a, pos_a, mask_a), (cache_b, pos_b, mask_b) = a, b
     len_a, len_b = cache_a.get_seq_length(), cache_b.get_seq_length()
     width = max(len_a, len_b)
-    stacked = DynamicCache()
-    for i, (la, lb) in enumerate(zip(cache_a.layers, cache_b.layers, strict=True)):
-        keys = torch.cat([_pad_seq(la.keys, width), _pad_seq(lb.keys, width)])
-        values = torch.cat([_pad_seq(la.values, width), _pad_seq(lb.values, width)])
-        la.keys = la.values = lb.keys = lb.values = None
-        stacked.update(keys, values, i)
+    stacked = stack_caches(cache_a, cache_b)
     masks = [_pad_mask(m, length, width) for m, length in ((mask_a, len_a), (mask_b, len_b))]
     return stacked, torch.cat([pos_a, pos_b], dim=1), torch.cat(masks)
-
-
-def _pad_seq(t: torch.Tensor, width: int) -> torch.Tensor:
-    """(B, H, C, D) -> (B, H, width, D), zeros after C."""
-    return torch.nn.functional.pad(t, (0, 0, 0, width - t.shape[2]))
 
 
 def _pad_mask(mask: torch.Tensor, cache_len: int, width: int) -> torch.Tensor:
@@ -528,9 +521,12 @@ def _prefill_rows(ro: Rollout, opts: DecodeOptions, gen: torch.Generator,
                   input_ids: torch.Tensor, grid: torch.Tensor, image_embeds: torch.Tensor,
                   deepstack: list[torch.Tensor], obs: PhaseObserver,
                   extras: dict[str, torch.Tensor], keep_extras: bool, excluded: tuple[range, ...],
-                  ) -> tuple[torch.Tensor, DynamicCache, torch.Tensor,
+                  ) -> tuple[torch.Tensor, SharedPrefixCache, torch.Tensor,
                              Callable[[torch.Tensor], torch.Tensor]]:
-    """Prefill one prompt, repeat its cache per sample, pick the first token of every row."""
+    """Prefill one prompt, one cache row per sample, pick the first token of every row.
+
+    The rows share the prompt's K/V (`SharedPrefixCache`: one copy, however many samples).
+    """
     obs.phase_start("prefill", 0, True)
     logits, hidden, cache, rope_deltas = ro.prefill(input_ids, grid, image_embeds, deepstack)
     if keep_extras:
@@ -547,7 +543,7 @@ def _prefill_rows(ro: Rollout, opts: DecodeOptions, gen: torch.Generator,
     return first, cache, rope_deltas, pick
 
 
-def _decode_rows(ro: Rollout, opts: DecodeOptions, first: torch.Tensor, cache: DynamicCache,
+def _decode_rows(ro: Rollout, opts: DecodeOptions, first: torch.Tensor, cache: Cache,
                  rope_deltas: torch.Tensor, pick: Callable[[torch.Tensor], torch.Tensor],
                  obs: PhaseObserver, stop_at_traj: bool) -> tuple[torch.Tensor, int]:
     """Decode until every row ended or the budget is spent -> (new ids (S, n), passes run)."""

@@ -4,6 +4,8 @@
   deterministic mode, with and without a VRAM cap?
 - `graphs`: what do CUDA graphs on resident layers gain per phase, what VRAM do they take
   (against `estimate_graph_bytes`, by allocator pool), and do they change any bit?
+- `kv-memory`: what VRAM does one inference take per phase (samples, navigation guidance),
+  against the working-set estimate and the per-row (repeated) KV cache?
 - `prefill-start`: is the prefill's first streamed LM layer already in its slot when the prefill
   starts (its copy hidden behind the end of vision)?
 - `replan`: what does re-planning a loaded model cost, in time and host memory, with and

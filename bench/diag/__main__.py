@@ -6,9 +6,9 @@ import os
 import sys
 from collections.abc import Sequence
 
-from bench.diag import bitexact, graphs, prefill_start, replan
+from bench.diag import bitexact, graphs, kv_memory, prefill_start, replan
 
-_SUBCOMMANDS = (bitexact, graphs, prefill_start, replan)
+_SUBCOMMANDS = (bitexact, graphs, kv_memory, prefill_start, replan)
 
 
 def build_parser() -> argparse.ArgumentParser:

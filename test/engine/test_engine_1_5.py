@@ -14,10 +14,11 @@ from alpamayo_offload.engine import (
     Engine,
     EngineConfig,
     EngineInputError,
+    estimate_prompt_tokens,
     estimate_working_set,
     example_input,
 )
-from alpamayo_offload.model import tiny_1_5_config
+from alpamayo_offload.model import full_1_5_config, tiny_1_5_config
 
 NAV = 'Turn left at the next intersection'
 SMALL = dict(model='tiny-1.5', fixed_decode_tokens=3, diffusion_steps=3, num_samples=3,
@@ -164,3 +165,50 @@ def test_cuda_generate_text_matches_preload() -> None:
         finally:
             engine.close()
     assert answers[0] == answers[1]
+
+
+def test_working_set_counts_the_prompt_once_and_covers_the_measured_peaks() -> None:
+    """Full-size 1.5, 21 decode tokens: the prompt's K/V (~0.46 GB) is not counted per sample.
+
+    The floors are the preload peaks `python -m bench.diag kv-memory` measures on an H200
+    (max_memory_allocated over the loaded model, graphs on): 1 / 16 samples, without and with
+    navigation guidance.
+    """
+    cfg = full_1_5_config()
+    base = EngineConfig(model='1.5', device='cuda', max_decode_tokens=21)
+    prompt_kv = 2 * 36 * 8 * 128 * 2 * estimate_prompt_tokens(cfg)
+    measured = {(1, None): 0.98, (16, None): 1.87, (1, 1.5): 1.44, (16, 1.5): 3.74}
+    got = {}
+    for (samples, weight), floor in measured.items():
+        config = dataclasses.replace(base, num_samples=samples, guidance_weight=weight)
+        got[samples, weight] = estimate_working_set(cfg, 2, config)
+        assert floor * 2**30 < got[samples, weight] < 6 * 2**30, config
+    # a copy per row would add 15 (30 with guidance) prompts' K/V
+    assert got[16, None] - got[1, None] < 3 * prompt_kv
+    assert got[16, 1.5] - got[1, 1.5] < 8 * prompt_kv
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')
+def test_cuda_guided_samples_stay_within_the_working_set_estimate() -> None:
+    """Full widths and prompt, two layers: the per-layer transients dominate, as they must fit.
+
+    VRAM grown over the attached plan during one inference (graphs captured in it), 8 samples
+    with navigation guidance (16 expert rows), never above `Engine.working_set_bytes()`.
+    """
+    engine = Engine.from_config(EngineConfig(
+        model='layers=2,vit=2,family=1.5', device='cuda', mode='preload',
+        max_decode_tokens=8, fixed_decode_tokens=8, diffusion_steps=2, num_samples=8,
+        guidance_weight=1.5))
+    try:
+        raw = engine.example_input(presized=True)
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        result = engine.infer(raw, nav_text=NAV)
+        grown = torch.cuda.max_memory_allocated() - base
+        estimate = engine.working_set_bytes()
+    finally:
+        engine.close()
+    assert result.guided and result.samples_xyz.shape[0] == 8
+    assert grown <= estimate, f'grew {grown / 2**30:.2f} GiB, estimate {estimate / 2**30:.2f}'

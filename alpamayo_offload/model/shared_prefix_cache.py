@@ -1,0 +1,224 @@
+"""A KV cache holding one copy of each shared prompt prefix and the rows' own suffixes.
+
+Several samples of one prompt attend to the same prompt K/V: transformers' `DynamicCache` copies
+it per row (`batch_repeat_interleave`), ~0.46 GB per sample for Alpamayo 1.5's ~3,100-token
+prompt, and navigation guidance adds the unguided prompt's per row. Here each layer keeps groups
+of rows: a group's prefix (one row shared by all its rows, or one per row) and its rows' suffix
+(whatever was appended since: decoded tokens, the unguided refeed, the expert's action tokens,
+the zero padding of stacked contexts). Repeating rows repeats only the suffix.
+
+`update` returns the layer's full (rows, kv heads, length, head_dim) K/V built for that call
+alone, contiguous, with the values `DynamicCache`'s concatenation holds, so the attention gets
+the same tensors and its output is bit-identical; only one layer's full K/V exists at a time.
+A layer of one group and no sharing (one sample) grows as `DynamicCache` does, op for op:
+host-bound decode passes issue no more kernels than before.
+Everything stored is a copy: an update's K/V may be a CUDA graph's static output
+(model/layer_graphs.py), overwritten by the next replay.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import torch
+from transformers.cache_utils import Cache, CacheLayerMixin
+
+KV = tuple[torch.Tensor, torch.Tensor]
+
+
+def _copy(kv: KV) -> KV:
+    """Contiguous copies of a key/value pair (never views of the caller's tensors)."""
+    return (kv[0].clone(memory_format=torch.contiguous_format),
+            kv[1].clone(memory_format=torch.contiguous_format))
+
+
+@dataclass
+class RowGroup:
+    """Rows sharing one prefix: prefix K/V (1 or `rows`, H, P, D), suffix (rows, H, S, D)."""
+
+    prefix: KV
+    rows: int
+    suffix: KV | None = None
+
+    @property
+    def length(self) -> int:
+        """Tokens per row: the prefix's plus the suffix's."""
+        return self.prefix[0].shape[-2] + (0 if self.suffix is None else self.suffix[0].shape[-2])
+
+    def append(self, kv: KV) -> KV:
+        """Append tokens (rows, H, q, D) to every row's suffix (a copy); return the suffix."""
+        if self.suffix is None:
+            self.suffix = _copy(kv)
+        else:
+            self.suffix = (torch.cat([self.suffix[0], kv[0]], dim=-2),
+                           torch.cat([self.suffix[1], kv[1]], dim=-2))
+        return self.suffix
+
+    def extend(self, kv: KV) -> KV:
+        """Append tokens (rows, H, q, D) and return every row's full K/V, in the fewest ops.
+
+        Nothing shared (one prefix row per row, e.g. one sample): the prefix grows by
+        concatenation, as `DynamicCache` does, and is returned. Shared: the suffix grows, and
+        the shared prefix, expanded over the rows, is concatenated with it.
+        """
+        if self.suffix is None and self.prefix[0].shape[0] == self.rows:
+            self.prefix = (torch.cat([self.prefix[0], kv[0]], dim=-2),
+                           torch.cat([self.prefix[1], kv[1]], dim=-2))
+            return self.prefix
+        suffix = self.append(kv)
+        return (torch.cat([self.prefix[0].expand(self.rows, -1, -1, -1), suffix[0]], dim=-2),
+                torch.cat([self.prefix[1].expand(self.rows, -1, -1, -1), suffix[1]], dim=-2))
+
+    def drop_last(self, n: int) -> None:
+        """Remove the last `n` tokens of every row (suffix first, then prefix)."""
+        kept = self.length - n
+        p = self.prefix[0].shape[-2]
+        if kept < p:
+            self.prefix = (self.prefix[0][..., :kept, :], self.prefix[1][..., :kept, :])
+            self.suffix = None
+        elif self.suffix is not None:
+            s = kept - p
+            self.suffix = (self.suffix[0][..., :s, :], self.suffix[1][..., :s, :])
+
+    def repeat_rows(self, repeats: int) -> None:
+        """Repeat each row `repeats` times in place (interleaved); a shared prefix stays one."""
+        if self.prefix[0].shape[0] > 1:
+            self.prefix = (self.prefix[0].repeat_interleave(repeats, dim=0),
+                           self.prefix[1].repeat_interleave(repeats, dim=0))
+        if self.suffix is not None:
+            self.suffix = (self.suffix[0].repeat_interleave(repeats, dim=0),
+                           self.suffix[1].repeat_interleave(repeats, dim=0))
+        self.rows *= repeats
+
+    def pad_to(self, length: int) -> None:
+        """Append zero K/V until every row holds `length` tokens (hidden by the mask)."""
+        missing = length - self.length
+        if missing > 0:
+            key = self.prefix[0]
+            zeros = key.new_zeros(self.rows, key.shape[1], missing, key.shape[3])
+            self.append((zeros, zeros))
+
+
+class SharedPrefixLayer(CacheLayerMixin):
+    """One decoder layer's K/V as row groups (module docstring)."""
+
+    is_sliding = False
+    is_croppable = True
+
+    def __init__(self) -> None:
+        # no CacheLayerMixin.__init__: `keys` and `values` are read-only views of the groups
+        self.groups: list[RowGroup] = []
+        self.is_initialized = False
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        """Record the dtype and device of the first update."""
+        self.dtype, self.device = key_states.dtype, key_states.device
+        self.is_initialized = True
+
+    @property
+    def rows(self) -> int:
+        """Rows (batch entries) the layer holds."""
+        return sum(g.rows for g in self.groups)
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor,
+               *args: object, **kwargs: object) -> KV:
+        """Append (rows, H, q, D) K/V; return the full K/V of every row (built for this call).
+
+        The first update becomes the prefix of one group of all its rows.
+        """
+        if not self.groups:
+            self.lazy_initialization(key_states, value_states)
+            group = RowGroup(_copy((key_states, value_states)), key_states.shape[0])
+            self.groups = [group]
+            return group.prefix
+        if key_states.shape[0] != self.rows:
+            raise ValueError(f'cache update of {key_states.shape[0]} rows for a cache of '
+                             f'{self.rows}')
+        if len(self.groups) == 1:
+            return self.groups[0].extend((key_states, value_states))
+        start = 0
+        for group in self.groups:
+            stop = start + group.rows
+            group.append((key_states[start:stop], value_states[start:stop]))
+            start = stop
+        return self._full(0), self._full(1)
+
+    def _full(self, which: int) -> torch.Tensor:
+        """Every row's prefix then suffix as one contiguous (rows, H, length, D) tensor."""
+        parts = [t[which] for g in self.groups for t in (g.prefix, g.suffix) if t is not None]
+        dtype = functools.reduce(torch.promote_types, (t.dtype for t in parts))
+        ref = parts[0]
+        out = torch.empty(self.rows, ref.shape[1], self.get_seq_length(), ref.shape[3],
+                          dtype=dtype, device=ref.device)
+        start = 0
+        for group in self.groups:
+            block = out[start:start + group.rows]
+            p = group.prefix[which].shape[-2]
+            block[:, :, :p].copy_(group.prefix[which])      # a shared prefix broadcasts
+            if group.suffix is not None:
+                block[:, :, p:].copy_(group.suffix[which])
+            start += group.rows
+        return out
+
+    @property
+    def keys(self) -> torch.Tensor | None:
+        """Every row's keys (rows, H, length, D), built on each read (tests, inspection)."""
+        return self._full(0) if self.groups else None
+
+    @property
+    def values(self) -> torch.Tensor | None:
+        """Every row's values (rows, H, length, D), built on each read."""
+        return self._full(1) if self.groups else None
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        """Return the key length and offset of a query of `query_length` tokens."""
+        return self.get_seq_length() + query_length, 0
+
+    def get_seq_length(self) -> int:
+        """Tokens per row (every group holds as many)."""
+        return self.groups[0].length if self.groups else 0
+
+    def get_max_length(self) -> int:
+        """No maximum: -1."""
+        return -1
+
+    def crop(self, tokens_to_remove: int) -> None:
+        """Remove the last `abs(tokens_to_remove)` tokens of every row."""
+        for group in self.groups:
+            group.drop_last(abs(tokens_to_remove))
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        """Repeat every row `repeats` times, interleaved; shared prefixes are not copied."""
+        for group in self.groups:
+            group.repeat_rows(repeats)
+
+    def take_groups(self, length: int) -> list[RowGroup]:
+        """Hand over the groups zero-padded to `length` tokens; the layer is left empty."""
+        groups, self.groups = self.groups, []
+        for group in groups:
+            group.pad_to(length)
+        return groups
+
+
+class SharedPrefixCache(Cache):
+    """A transformers `Cache` of `SharedPrefixLayer`s, one per layer, created on first update."""
+
+    def __init__(self) -> None:
+        super().__init__(layer_class_to_replicate=SharedPrefixLayer)
+
+
+def stack_caches(a: SharedPrefixCache, b: SharedPrefixCache) -> SharedPrefixCache:
+    """Stack the rows of `a` then those of `b` into one cache; each source layer is emptied.
+
+    The shorter one's rows get zero K/V at their end up to the longer length, so a mask that
+    hides those columns leaves each row attending to exactly what it did alone. No prefix is
+    copied.
+    """
+    width = max(a.get_seq_length(), b.get_seq_length())
+    stacked = SharedPrefixCache()
+    for la, lb in zip(a.layers, b.layers, strict=True):
+        layer = SharedPrefixLayer()
+        layer.lazy_initialization(la.groups[0].prefix[0], la.groups[0].prefix[1])
+        layer.groups = la.take_groups(width) + lb.take_groups(width)
+        stacked.layers.append(layer)
+    return stacked

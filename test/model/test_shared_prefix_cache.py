@@ -1,0 +1,190 @@
+"""SharedPrefixCache against transformers' DynamicCache with the prompt repeated per row.
+
+The reference is what inference did before the shared prefix: one DynamicCache per prompt,
+`batch_repeat_interleave` per sample, contexts stacked by concatenating zero-padded copies.
+Every comparison is exact (`torch.equal`): the attention must see the same values.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from transformers import DynamicCache
+
+from alpamayo_offload.model import (
+    DecodeOptions,
+    SharedPrefixCache,
+    SyntheticTextIds,
+    build_random,
+    generate_text,
+    prepare_inputs,
+    prepare_vqa_inputs,
+    run_inference,
+    stack_caches,
+    tiny_1_5_config,
+    tiny_2super_config,
+    tiny_config,
+)
+from testkit.repeated_cache import repeated_cache
+
+H, D = 2, 16
+
+
+def _kv(rows: int, length: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    keys = torch.randn(rows, H, length, D, generator=gen)
+    values = torch.randn(rows, length, H, D, generator=gen).transpose(1, 2)   # a strided view
+    return keys, values
+
+
+def _same(got: tuple[torch.Tensor, torch.Tensor], want: tuple[torch.Tensor, torch.Tensor]) -> None:
+    for g, w in zip(got, want, strict=True):
+        assert torch.equal(g, w)
+        assert g.is_contiguous() and g.stride() == w.stride()
+
+
+def _filled(cache: DynamicCache | SharedPrefixCache, rows: int, prompt: int, steps: int,
+            seed: int) -> None:
+    for layer in range(2):
+        cache.update(*_kv(1, prompt, seed + layer), layer)
+    cache.batch_repeat_interleave(rows)
+    for step in range(steps):
+        for layer in range(2):
+            cache.update(*_kv(rows, 1, 100 * seed + 10 * step + layer), layer)
+
+
+def test_updates_repeats_and_crops_return_what_a_repeated_dynamic_cache_does() -> None:
+    ours, ref = SharedPrefixCache(), DynamicCache()
+    for layer in range(2):
+        kv = _kv(1, 7, layer)
+        _same(ours.update(*kv, layer), ref.update(*kv, layer))
+    ours.batch_repeat_interleave(3)
+    ref.batch_repeat_interleave(3)
+    for step in range(4):
+        for layer in range(2):
+            kv = _kv(3, 1 if step < 3 else 5, 10 * step + layer)
+            _same(ours.update(*kv, layer), ref.update(*kv, layer))
+    assert ours.get_seq_length() == ref.get_seq_length() == 15
+    assert ours.get_mask_sizes(5, 0) == ref.get_mask_sizes(5, 0)
+    for cut in (5, 9):   # within the suffix, then into the prefix
+        ours.crop(-cut)
+        ref.crop(-cut)
+        assert ours.get_seq_length() == ref.get_seq_length()
+        for a, b in zip(ours.layers, ref.layers, strict=True):
+            assert torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
+        kv = _kv(3, 2, 77)
+        _same(ours.update(*kv, 0), ref.update(*kv, 0))
+        _same(ours.update(*kv, 1), ref.update(*kv, 1))
+    ours.batch_repeat_interleave(2)
+    ref.batch_repeat_interleave(2)
+    kv = _kv(6, 1, 99)
+    _same(ours.update(*kv, 0), ref.update(*kv, 0))
+
+
+def test_one_row_grows_as_a_dynamic_cache_does() -> None:
+    """Nothing shared: the same concatenations, so one sample issues the ops it did before."""
+    ours, ref = SharedPrefixCache(), DynamicCache()
+    for step, length in enumerate((7, 1, 1, 4)):
+        kv = _kv(1, length, step)
+        got = ours.update(*kv, 0)
+        _same(got, ref.update(*kv, 0))
+    assert ours.layers[0].groups[0].suffix is None
+    ours.crop(-4)
+    ref.crop(-4)
+    _same(ours.update(*_kv(1, 2, 9), 0), ref.update(*_kv(1, 2, 9), 0))
+
+
+def test_the_prompt_is_stored_once_and_never_aliases_an_update() -> None:
+    cache = SharedPrefixCache()
+    keys, values = _kv(1, 9, 0)
+    cache.update(keys, values, 0)
+    cache.batch_repeat_interleave(4)
+    step = _kv(4, 1, 1)
+    cache.update(*step, 0)
+    group, = cache.layers[0].groups
+    assert group.rows == 4 and group.prefix[0].shape == (1, H, 9, D)
+    keys.zero_()                       # e.g. a CUDA graph's static output, replayed again
+    step[0].zero_()
+    assert torch.equal(cache.layers[0].keys[:, :, :9], _kv(1, 9, 0)[0].expand(4, -1, -1, -1))
+    assert torch.equal(cache.layers[0].keys[:, :, 9:], _kv(4, 1, 1)[0])
+
+
+def test_stacked_caches_equal_zero_padded_concatenation() -> None:
+    a, b = SharedPrefixCache(), SharedPrefixCache()
+    ref_a, ref_b = DynamicCache(), DynamicCache()
+    _filled(a, 3, 7, 4, 1)
+    _filled(ref_a, 3, 7, 4, 1)
+    _filled(b, 3, 5, 2, 2)
+    _filled(ref_b, 3, 5, 2, 2)
+    stacked = stack_caches(a, b)
+    assert stacked.get_seq_length() == 11 and a.get_seq_length() == b.get_seq_length() == 0
+    for layer in range(2):
+        la, lb = ref_a.layers[layer], ref_b.layers[layer]
+        pad = torch.nn.functional.pad
+        want = [torch.cat([pad(x, (0, 0, 0, 11 - x.shape[2])), pad(y, (0, 0, 0, 11 - y.shape[2]))])
+                for x, y in ((la.keys, lb.keys), (la.values, lb.values))]
+        kv = _kv(6, 3, 50 + layer)
+        got = stacked.update(*kv, layer)
+        _same(got, tuple(torch.cat([w, n], dim=2) for w, n in zip(want, kv, strict=True)))
+    stacked.crop(-3)
+    assert stacked.get_seq_length() == 11
+
+
+# ---- whole rollouts: the shared prefix against the repeated cache ----------------------------
+def _raw_inputs() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, size=(4, 4, 81, 144, 3), dtype=np.uint8)
+    t = np.arange(-15, 1) * 0.1
+    xyz = np.stack([8 * t * math.cos(0.3), 8 * t * math.sin(0.3), 0 * t], -1)
+    c, s = math.cos(0.3), math.sin(0.3)
+    rot = np.broadcast_to(np.array([[c, -s, 0], [s, c, 0], [0, 0, 1]]), (16, 3, 3)).copy()
+    return images, xyz, rot
+
+
+def _both(run):
+    new = run()
+    with repeated_cache():
+        ref = run()
+    return new, ref
+
+
+CASES = {
+    'r1, 3 samples': (tiny_config, 3, None, None),
+    '1.5, nav guidance, 1 sample': (tiny_1_5_config, 1, 1.5, 'turn left in 50 m'),
+    '1.5, nav guidance, 3 samples': (tiny_1_5_config, 3, 1.5, 'turn left in 50 m'),
+    '2 Super, 3 samples': (tiny_2super_config, 3, None, None),
+    '2 Super, nav guidance, 3 samples': (tiny_2super_config, 3, 2.0, 'keep right'),
+}
+
+
+@pytest.mark.parametrize('case', list(CASES))
+def test_rollouts_equal_the_repeated_cache_bit_for_bit(case: str) -> None:
+    make, samples, weight, nav = CASES[case]
+    torch.set_num_threads(1)
+    model = build_random(make(), seed=5)
+    images, xyz, rot = _raw_inputs()
+    slots = (0, 1, 2, 6) if model.cfg.camera_text else None
+    inputs = prepare_inputs(images, xyz, rot, model.cfg, SyntheticTextIds(), nav_text=nav,
+                            camera_indices=slots)
+    opts = DecodeOptions(max_decode_tokens=12, sample=True, seed=3, num_samples=samples,
+                         guidance_weight=weight, diffusion_steps=3)
+    new, ref = _both(lambda: run_inference(model, inputs, 'cpu', opts,
+                                                        keep_extras=True))
+    assert torch.equal(new.xyz, ref.xyz) and torch.equal(new.rot, ref.rot)
+    assert torch.equal(new.new_token_ids, ref.new_token_ids)
+    assert new.extras.keys() == ref.extras.keys()
+    for key, value in new.extras.items():
+        assert torch.equal(value, ref.extras[key]), key
+    if samples > 1:   # sampled rows differ: each row attends to its own suffix
+        assert len({tuple(r.tolist()) for r in new.new_token_ids}) > 1
+
+
+def test_question_answers_equal_the_repeated_cache() -> None:
+    model = build_random(tiny_1_5_config(), seed=2)
+    images, _, _ = _raw_inputs()
+    inputs = prepare_vqa_inputs(images, 'Is the light green?', model.cfg, SyntheticTextIds())
+    opts = DecodeOptions(max_decode_tokens=8, sample=True, num_samples=3)
+    new, ref = _both(lambda: generate_text(model, inputs, 'cpu', opts))
+    assert torch.equal(new.token_ids, ref.token_ids)
