@@ -81,6 +81,7 @@ CONDITIONS = (
     Condition('events, rclpy msgs', raw=False),
     Condition('events, rclpy msgs, switch 0.5ms', raw=False, switch_interval_s=0.0005),
     Condition('events, raw msgs'),
+    Condition('  no streams (diagnostics timer)', odometry=False, cameras=False),
     Condition('  odometry only, rclpy msgs', cameras=False, raw=False),
     Condition('  odometry only, raw msgs', cameras=False),
     Condition('  cameras only, rclpy msgs', odometry=False, raw=False),
