@@ -82,8 +82,8 @@ def test_every_truncation_is_a_named_reason() -> None:
 
 def test_inconsistent_strings_and_lengths_are_named_reasons() -> None:
     huge = bytes(_Writer('<').header(1, 2, 'c').string('jpeg').put('I', 2**32 - 1, align=4).buf)
-    no_nul = bytes(_Writer('<').put('iI', 1, 2, align=4).put('I', 3, align=4).buf) + b'abc'
-    not_utf8 = bytes(_Writer('<').put('iI', 1, 2, align=4).put('I', 3, align=4).buf) + b'\xff\xfe\x00'
+    three = bytes(_Writer('<').put('iI', 1, 2, align=4).put('I', 3, align=4).buf)
+    no_nul, not_utf8 = three + b'abc', three + b'\xff\xfe\x00'
     for data in (huge, no_nul + b'\x00' * 64, not_utf8 + b'\x00' * 64):
         with pytest.raises(InputError) as err:
             compressed_image_from_cdr(data)
