@@ -16,7 +16,8 @@ Lifecycle (docs/ros.md has the commands):
   node up in one command; a failed configure or activate then exits with status 1. Launch files
   set it false and drive the transitions themselves.
 
-Threading: callbacks only stash encoded messages in bounded buffers (with
+Threading: callbacks only stash encoded messages in bounded buffers (read from their serialized
+bytes with `inference.raw_messages`, `ros/inputs.py`; with
 `images.decode_ahead`, a small pool decodes and resizes each frame an inference may use as it
 arrives); a timer with an in-flight guard selects time-correct inputs (latest only, never a
 queue) and hands them to one worker thread, which decodes the rest, runs the engine and
