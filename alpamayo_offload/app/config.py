@@ -61,6 +61,7 @@ class NodeConfig:
     decode_warn_s: float            # 0: never warn
     torch_threads: int              # 0: torch default
     executor: str                   # 'events' or 'single' (ROS callback executor)
+    raw_messages: bool              # cameras and odometry taken as serialized CDR
     camera_depth: int
     odometry_depth: int
     diagnostics_period_s: float
@@ -127,6 +128,7 @@ def _build(v: dict[str, Any]) -> NodeConfig:
         decoder='gpu' if v['images.decoder'] == 'gpu' else 'cpu',
         decode_warn_s=v['images.decode_warn_ms'] / 1e3,
         torch_threads=v['inference.threads'], executor=v['inference.executor'],
+        raw_messages=v['inference.raw_messages'],
         camera_depth=v['buffers.camera_depth'], odometry_depth=v['buffers.odometry_depth'],
         diagnostics_period_s=v['diagnostics.period_s'],
         rate_tolerance=v['diagnostics.rate_tolerance'],

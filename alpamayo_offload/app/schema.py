@@ -258,6 +258,10 @@ _SPECS = (
        "interpreter between its GPU launches, loses less to odometry and camera callbacks) or "
        "'single' (rclpy's SingleThreadedExecutor; also where rclpy has no EventsExecutor)",
        choices=('events', 'single'), restart=True),
+    _p('inference.raw_messages', _B, True, 'take cameras and odometry as serialized CDR and read '
+       'the fields the node uses with struct (a few us of interpreter time per message instead '
+       "of rclpy's message objects, ~50 us per odometry message, which the inference thread "
+       "waits for between its GPU launches); false: rclpy's message classes", restart=True),
     _p('sync.frame_tolerance_s', _F, 0.05, 'max distance of a chosen frame from its target time',
        unit='s', minimum=0.0, min_exclusive=True),
     _p('sync.max_input_age_s', _F, 1.0, 'skip when t0 is older than this', unit='s',

@@ -14,16 +14,19 @@ IMAGE_TRUNCATED: Final = 'image_truncated'
 IMAGE_CORRUPT: Final = 'image_corrupt'
 IMAGE_TOO_LARGE: Final = 'image_too_large'
 IMAGE_SIZE_MISMATCH: Final = 'image_size_mismatch'
+IMAGE_MALFORMED: Final = 'image_malformed'   # a serialized message that does not parse
 ODOMETRY_MISSING: Final = 'odometry_missing'
 ODOMETRY_NONFINITE: Final = 'odometry_nonfinite'
 ODOMETRY_GAP: Final = 'odometry_gap'
 ODOMETRY_STALE: Final = 'odometry_stale'
 ODOMETRY_INSUFFICIENT: Final = 'odometry_insufficient'
+ODOMETRY_MALFORMED: Final = 'odometry_malformed'   # a serialized message that does not parse
 
 REASONS: Final = frozenset({
     CAMERA_MISSING, CAMERA_STOPPED, INPUT_STALE, FRAME_MISMATCH, IMAGE_ENCODING,
     IMAGE_STEP_INVALID, IMAGE_TRUNCATED, IMAGE_CORRUPT, IMAGE_TOO_LARGE, IMAGE_SIZE_MISMATCH,
     ODOMETRY_MISSING, ODOMETRY_NONFINITE, ODOMETRY_GAP, ODOMETRY_STALE, ODOMETRY_INSUFFICIENT,
+    IMAGE_MALFORMED, ODOMETRY_MALFORMED,
 })
 
 

@@ -55,6 +55,7 @@ _ERROR_REASONS = frozenset({
     input_errors.IMAGE_ENCODING, input_errors.IMAGE_STEP_INVALID, input_errors.IMAGE_TRUNCATED,
     input_errors.IMAGE_CORRUPT, input_errors.IMAGE_TOO_LARGE, input_errors.IMAGE_SIZE_MISMATCH,
     input_errors.ODOMETRY_NONFINITE, input_errors.CAMERA_STOPPED, input_errors.CAMERA_MISSING,
+    input_errors.IMAGE_MALFORMED, input_errors.ODOMETRY_MALFORMED,
 })
 SKIP_IN_FLIGHT = 'inference_in_flight'
 SKIP_NO_NEW_INPUT = 'no_new_input'  # t0 not newer than the last inference's
@@ -79,6 +80,7 @@ class NodeStatus:
     ticks_dropped: int = 0
     inferences: int = 0
     input_errors: int = 0
+    messages_refused: int = 0             # camera/odometry messages that did not parse
     engine_errors: int = 0
     last_skip_reason: str = ''
     input_level: int = OK
@@ -264,7 +266,8 @@ def build(node_name: str, stamp_ns: int, st: NodeStatus, snap: Snapshot) -> Diag
     tasks: list[tuple[str, tuple[int, str, Mapping[str, Any]]]] = [
         ('model', _model(st, snap)),
         ('inference', (*_inference(st), {**st.stages, **counters})),
-        ('input', (st.input_level, st.input_message, {'reason': st.input_reason})),
+        ('input', (st.input_level, st.input_message,
+                   {'reason': st.input_reason, 'messages_refused': st.messages_refused})),
         ('path rate', _path_rate(st, snap)),
         ('input age', age),
         ('input rates', rates),

@@ -16,7 +16,8 @@ Lifecycle (docs/ros.md has the commands):
   node up in one command; a failed configure or activate then exits with status 1. Launch files
   set it false and drive the transitions themselves.
 
-Threading: callbacks only stash encoded messages in bounded buffers (with
+Threading: callbacks only stash encoded messages in bounded buffers (read from their serialized
+bytes with `inference.raw_messages`, `ros/inputs.py`; with
 `images.decode_ahead`, a small pool decodes and resizes each frame an inference may use as it
 arrives); a timer with an in-flight guard selects time-correct inputs (latest only, never a
 queue) and hands them to one worker thread, which decodes the rest, runs the engine and
@@ -74,14 +75,13 @@ from ..assembly import (
     StampedBuffer,
     check_resolution,
     decode_selection,
-    image_from_msg,
-    odometry_from_msg,
     select_inputs,
 )
 from . import diagnostics as diag
 from . import params
 from .conversions import path_msg, to_odom_frame
 from .executor import make_executor
+from .inputs import camera_frame, odometry_sample
 
 EngineLoader = Callable[[NodeConfig], LoadedEngine]
 _STAGES = ('preprocess', 'vision', 'prefill', 'decode', 'diffusion', 'postprocess')
@@ -218,13 +218,15 @@ class AlpamayoOffloadNode(LifecycleNode):
         cfg = self._cfg
         camera_qos = QoSProfile(depth=5, reliability=ReliabilityPolicy.RELIABLE) \
             if cfg.camera_reliable else qos_profile_sensor_data
+        raw = cfg.raw_messages   # serialized bytes: less interpreter time per message
         for cam in cfg.cameras:
+            kind = CompressedImage if cam.compressed else Image
             self._running.append(self.create_subscription(
-                CompressedImage if cam.compressed else Image, cam.topic,
-                lambda m, s=cam.slot: self._on_camera(s, m), camera_qos))
+                kind, cam.topic, lambda m, s=cam.slot, k=kind: self._on_camera(s, k, m),
+                camera_qos, raw=raw))
         self._running.append(self.create_subscription(
             Odometry, cfg.odometry_topic, self._on_odometry,
-            QoSProfile(depth=50, reliability=ReliabilityPolicy.BEST_EFFORT)))
+            QoSProfile(depth=50, reliability=ReliabilityPolicy.BEST_EFFORT), raw=raw))
         self._running.append(self.create_subscription(
             String, cfg.navigation_topic, self._on_navigation, _LATCHED))
         self._running.append(self.create_subscription(
@@ -309,21 +311,37 @@ class AlpamayoOffloadNode(LifecycleNode):
         self.publish_diagnostics()
 
     # --- inputs -------------------------------------------------------------------------------
-    def _on_camera(self, slot: int, msg: Any) -> None:
+    def _on_camera(self, slot: int, kind: type, msg: bytes | Any) -> None:
         conf = self._conf
         if conf is None:
             return
-        image = image_from_msg(msg)
+        try:
+            image = camera_frame(msg, kind)
+        except InputError as err:
+            self._message_refused(f'camera_{slot}', err)
+            return
         self._streams.received(f'camera_{slot}', image.stamp_ns)
         conf.cameras[slot].push(image, self._cfg.assembly)
 
-    def _on_odometry(self, msg: Odometry) -> None:
+    def _on_odometry(self, msg: bytes | Odometry) -> None:
         conf = self._conf
         if conf is None:
             return
-        sample = odometry_from_msg(msg)
+        try:
+            sample = odometry_sample(msg, Odometry)
+        except InputError as err:
+            self._message_refused('odometry', err)
+            return
         self._streams.received('odometry', sample.stamp_ns)
         conf.odometry.push(sample)
+
+    def _message_refused(self, stream: str, err: InputError) -> None:
+        """Count and report a message that does not parse (with its reason); never buffer it."""
+        with self._lock:
+            self._status.messages_refused += 1
+            self._status.report_input(self._serial, diag.ERROR, f'{stream}: {err}', err.reason)
+        self.get_logger().warning(f'{stream}: message refused: {err}',
+                                  throttle_duration_sec=2.0)
 
     def _on_navigation(self, msg: String) -> None:
         route = RouteMessage(msg.data, self.get_clock().now().nanoseconds)
