@@ -7,6 +7,8 @@ slice, slice, neg, cat, mul, mul, add for each of q and k. `rotate_half(x) * sin
 round alike), and the sum keeps its operands and order, so the output is bit-identical on any
 device. sin' and the unsqueezed cos are built once per pass: every layer of a pass gets the same
 (cos, sin) tensors.
+Its `attend` (cache update and attention, run eagerly between the layer graphs' parts) runs a
+masked call of several rows in chunks of rows (model/row_chunks.py), with the same bits.
 """
 from __future__ import annotations
 

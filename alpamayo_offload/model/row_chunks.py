@@ -99,7 +99,7 @@ def attend_in_row_chunks(module: nn.Module, attend: Attention, query: torch.Tens
 
 def _chunkable_layer(module: nn.Module, query: torch.Tensor,
                      attention_mask: torch.Tensor | None, cache: Any) -> SharedPrefixLayer | None:
-    """The cache layer a call may run in chunks over: masked, several rows, a filled layer."""
+    """Return the cache layer a call may run in chunks over: masked, several rows, filled."""
     if attention_mask is None or query.shape[0] < 2 or not isinstance(cache, SharedPrefixCache):
         return None
     index = module.layer_idx

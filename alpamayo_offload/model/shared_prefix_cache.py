@@ -159,7 +159,7 @@ class SharedPrefixLayer(CacheLayerMixin):
                              f'{self.rows}')
 
     def rows_kv(self, start: int, stop: int) -> KV:
-        """The full K/V of rows `start`..`stop` (each contiguous (stop - start, H, length, D))."""
+        """Build rows `start`..`stop`'s full K/V, each contiguous (stop - start, H, length, D)."""
         return self._rows(0, start, stop), self._rows(1, start, stop)
 
     def _rows(self, which: int, start: int, stop: int) -> torch.Tensor:

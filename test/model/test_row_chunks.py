@@ -21,13 +21,13 @@ from alpamayo_offload.model import (
     build_random,
     prepare_inputs,
     roll_rotary,
+    row_chunks,
     run_inference,
     stack_caches,
     tiny_1_5_config,
     tiny_2super_config,
     tiny_config,
 )
-from alpamayo_offload.model import row_chunks
 from alpamayo_offload.model.row_chunks import (
     attend_in_row_chunks,
     chunk_transient_bytes,
