@@ -33,9 +33,13 @@ def inputs():
     return example_input(108, 192)
 
 
-def _run(mode, resident, inputs, **config):
+def _run(mode, resident, inputs, row_chunk_bytes=None, **config):
     engine = Engine.from_config(EngineConfig(mode=mode, resident=resident,
                                              **{**SMALL, **config}))
+    if row_chunk_bytes is not None:
+        for module in engine.model.modules():
+            if isinstance(module, RolledRotaryAttention):
+                module.row_chunk_bytes = row_chunk_bytes
     try:
         return engine.infer(inputs, nav_text=NAV), engine.infer(inputs)
     finally:
@@ -54,6 +58,23 @@ def test_guided_samples_in_every_mode_match_preload_bit_for_bit(inputs, referenc
         assert np.array_equal(got.samples_xyz, ref.samples_xyz)
         assert np.array_equal(got.samples_rot, ref.samples_rot)
         assert got.coc_token_ids == ref.coc_token_ids
+
+
+@pytest.mark.parametrize(('mode', 'resident'), PLANS)
+def test_attention_in_chunks_of_one_row_matches_whole_calls_in_every_mode(
+        inputs, reference, mode, resident) -> None:
+    """Every masked attention call one row at a time (the tiny prompt never fills a default
+    chunk): the preload result of whole calls, and the same layer calls streamed."""
+    for got, ref in zip(_run(mode, resident, inputs, row_chunk_bytes=1), reference,
+                        strict=True):
+        assert np.array_equal(got.samples_xyz, ref.samples_xyz)
+        assert np.array_equal(got.samples_rot, ref.samples_rot)
+        assert got.coc_token_ids == ref.coc_token_ids
+    if mode == 'sequential':
+        whole = _run(mode, resident, inputs)
+        chunked = _run(mode, resident, inputs, row_chunk_bytes=1)
+        assert [r.streaming['bytes_streamed'] for r in chunked] == \
+            [r.streaming['bytes_streamed'] for r in whole]
 
 
 def test_guidance_runs_only_with_a_route_and_changes_the_result(reference) -> None:
