@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from ..model import AlpamayoConfig
 from ..model.layer_graphs import MAX_GRAPHED_TOKENS
+from ..model.row_chunks import ROW_CHUNK_BYTES, chunk_transient_bytes, masked_attention_key_bytes
 from .config import EngineConfig
 
 # Working-set margin on top of the estimate below: allocator slack, cuBLAS workspaces.
@@ -64,9 +65,12 @@ def estimate_working_set(cfg: AlpamayoConfig, dtype_bytes: int, config: EngineCo
     - prefill: its activations (MLP intermediate x 3, hidden x 6) and the vision outputs kept;
     - decode: one layer's full K/V built for the attention (and its copy as it is built), the
       logits and, when sampling, the sampling's (S, vocabulary) temporaries;
-    - the expert (2S rows with guidance) and the unguided refeed: one layer's full K/V, SDPA's
-      copies of it at the query heads (a masked call repeats K/V and lays them out again) and
-      the mask's float copies, expanded over the heads; plus the expert's activations.
+    - the expert (2S rows with guidance) and the unguided refeed (S rows): their masked
+      attention runs in chunks of rows (model/row_chunks.py), so one chunk's K/V, SDPA's copies
+      of it at the query heads (a masked call repeats K/V and lays them out again) and the
+      mask's float copies, expanded over the heads (at most `ROW_CHUNK_BYTES`, or one row when
+      a row alone is more); plus every row's activations and attention output (the chunks'
+      and their concatenation).
     CUDA graphs of resident layers add what `estimate_graph_bytes` counts.
     """
     t, e = cfg.text, cfg.expert
@@ -85,25 +89,21 @@ def estimate_working_set(cfg: AlpamayoConfig, dtype_bytes: int, config: EngineCo
                         * t.hidden_size) * dtype_bytes
     logit_bytes = _SAMPLED_LOGIT_BYTES if config.sample else _GREEDY_LOGIT_BYTES
     decode = samples * (length * 2 * kv_token + t.vocab_size * logit_bytes)
-    expert = rows * (length * _masked_attention_bytes(kv_token, e.num_heads, e.head_dim, n,
-                                                      dtype_bytes)
-                     + n * (3 * e.intermediate_size + 6 * e.hidden_size) * dtype_bytes)
-    refeed = samples * length * _masked_attention_bytes(kv_token, t.num_heads, t.head_dim, new,
-                                                        dtype_bytes) if guided else 0
+    expert_key = masked_attention_key_bytes(t.num_kv_heads, e.num_heads, e.head_dim, n,
+                                            dtype_bytes)
+    expert = (chunk_transient_bytes(rows, length * expert_key, ROW_CHUNK_BYTES)
+              + rows * n * (3 * e.intermediate_size + 6 * e.hidden_size
+                            + 2 * e.num_heads * e.head_dim) * dtype_bytes)
+    refeed = 0
+    if guided:
+        refeed_key = masked_attention_key_bytes(t.num_kv_heads, t.num_heads, t.head_dim, new,
+                                                dtype_bytes)
+        refeed = (chunk_transient_bytes(samples, length * refeed_key, ROW_CHUNK_BYTES)
+                  + samples * new * (3 * t.intermediate_size + 6 * t.hidden_size
+                                     + 2 * t.num_heads * t.head_dim) * dtype_bytes)
     graphs = estimate_graph_bytes(cfg, dtype_bytes, samples, guided, prompt, new) \
         if config.layer_graphs and config.device.startswith('cuda') else 0
     return stored + max(prefill, decode, expert, refeed) + graphs + _WORKING_SET_SLACK
-
-
-def _masked_attention_bytes(kv_token: int, heads: int, head_dim: int, queries: int,
-                            dtype_bytes: int) -> int:
-    """Transient bytes per key and row of an attention call with an additive mask.
-
-    The layer's full K/V, transformers' `repeat_kv` of K and V to the query heads and SDPA's
-    re-laid-out copies of them, and the float mask (float32, its cast, expanded over the heads).
-    """
-    return (kv_token + 4 * heads * head_dim * dtype_bytes
-            + queries * (heads * 4 + 4 + 4 + dtype_bytes))
 
 
 def estimate_graph_bytes(cfg: AlpamayoConfig, dtype_bytes: int, num_samples: int,

@@ -7,6 +7,8 @@ slice, slice, neg, cat, mul, mul, add for each of q and k. `rotate_half(x) * sin
 round alike), and the sum keeps its operands and order, so the output is bit-identical on any
 device. sin' and the unsqueezed cos are built once per pass: every layer of a pass gets the same
 (cos, sin) tensors.
+Its `attend` (cache update and attention, run eagerly between the layer graphs' parts) runs a
+masked call of several rows in chunks of rows (model/row_chunks.py), with the same bits.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from transformers.models.qwen3_vl.modeling_qwen3_vl import (
 )
 
 from .class_swap import swap_class
+from .row_chunks import ROW_CHUNK_BYTES, attend_in_row_chunks
 
 
 class PassRotary:
@@ -46,6 +49,7 @@ class RolledRotaryAttention(Qwen3VLTextAttention):
     """Qwen3VLTextAttention with the rotary embedding applied by `roll` (module docstring)."""
 
     pass_rotary: PassRotary
+    row_chunk_bytes: int = ROW_CHUNK_BYTES
 
     def forward(self, hidden_states: torch.Tensor,
                 position_embeddings: tuple[torch.Tensor, torch.Tensor],
@@ -75,14 +79,18 @@ class RolledRotaryAttention(Qwen3VLTextAttention):
     def attend(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                attention_mask: torch.Tensor | None, past_key_values: Any = None,
                **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Append key and value to the cache and attend -> (output before o_proj, weights)."""
-        if past_key_values is not None:
-            key, value = past_key_values.update(key, value, self.layer_idx)
+        """Append key and value to the cache and attend -> (output before o_proj, weights).
+
+        A masked call of several rows runs in chunks of at most `row_chunk_bytes` of transient
+        (model/row_chunks.py), bit-identical to one call.
+        """
         attend = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation,
                                                        eager_attention_forward)
-        return attend(self, query, key, value, attention_mask,
-                      dropout=0.0 if not self.training else self.attention_dropout,
-                      scaling=self.scaling, **kwargs)
+        return attend_in_row_chunks(
+            self, attend, query, key, value, attention_mask, past_key_values,
+            cap=self.row_chunk_bytes,
+            dropout=0.0 if not self.training else self.attention_dropout, scaling=self.scaling,
+            **kwargs)
 
 
 def roll_rotary(model: nn.Module) -> int:

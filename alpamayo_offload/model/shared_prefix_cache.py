@@ -10,6 +10,8 @@ the zero padding of stacked contexts). Repeating rows repeats only the suffix.
 `update` returns the layer's full (rows, kv heads, length, head_dim) K/V built for that call
 alone, contiguous, with the values `DynamicCache`'s concatenation holds, so the attention gets
 the same tensors and its output is bit-identical; only one layer's full K/V exists at a time.
+An attention run in chunks of rows (model/row_chunks.py) instead `append`s and then reads
+`rows_kv` per chunk: the same values, row for row, and the full K/V never exists.
 A layer of one group and no sharing (one sample) grows as `DynamicCache` does, op for op:
 host-bound decode passes issue no more kernels than before.
 Everything stored is a copy: an update's K/V may be a CUDA graph's static output
@@ -127,48 +129,70 @@ class SharedPrefixLayer(CacheLayerMixin):
         The first update becomes the prefix of one group of all its rows.
         """
         if not self.groups:
-            self.lazy_initialization(key_states, value_states)
-            group = RowGroup(_copy((key_states, value_states)), key_states.shape[0])
-            self.groups = [group]
-            return group.prefix
-        if key_states.shape[0] != self.rows:
-            raise ValueError(f'cache update of {key_states.shape[0]} rows for a cache of '
-                             f'{self.rows}')
+            self.append(key_states, value_states)
+            return self.groups[0].prefix
         if len(self.groups) == 1:
+            self._check_rows(key_states)
             return self.groups[0].extend((key_states, value_states))
+        self.append(key_states, value_states)
+        return self.rows_kv(0, self.rows)
+
+    def append(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        """Store (rows, H, q, D) K/V after every row's tokens, building no row's full K/V.
+
+        The first call becomes the prefix of one group of all its rows.
+        """
+        if not self.groups:
+            self.lazy_initialization(key_states, value_states)
+            self.groups = [RowGroup(_copy((key_states, value_states)), key_states.shape[0])]
+            return
+        self._check_rows(key_states)
         start = 0
         for group in self.groups:
             stop = start + group.rows
             group.append((key_states[start:stop], value_states[start:stop]))
             start = stop
-        return self._full(0), self._full(1)
 
-    def _full(self, which: int) -> torch.Tensor:
-        """Every row's prefix then suffix as one contiguous (rows, H, length, D) tensor."""
+    def _check_rows(self, key_states: torch.Tensor) -> None:
+        if key_states.shape[0] != self.rows:
+            raise ValueError(f'cache update of {key_states.shape[0]} rows for a cache of '
+                             f'{self.rows}')
+
+    def rows_kv(self, start: int, stop: int) -> KV:
+        """Build rows `start`..`stop`'s full K/V, each contiguous (stop - start, H, length, D)."""
+        return self._rows(0, start, stop), self._rows(1, start, stop)
+
+    def _rows(self, which: int, start: int, stop: int) -> torch.Tensor:
+        """Rows `start`..`stop`'s prefix then suffix as one contiguous (n, H, length, D) tensor."""
         parts = [t[which] for g in self.groups for t in (g.prefix, g.suffix) if t is not None]
         dtype = functools.reduce(torch.promote_types, (t.dtype for t in parts))
         ref = parts[0]
-        out = torch.empty(self.rows, ref.shape[1], self.get_seq_length(), ref.shape[3],
+        out = torch.empty(stop - start, ref.shape[1], self.get_seq_length(), ref.shape[3],
                           dtype=dtype, device=ref.device)
-        start = 0
+        first = 0
         for group in self.groups:
-            block = out[start:start + group.rows]
-            p = group.prefix[which].shape[-2]
-            block[:, :, :p].copy_(group.prefix[which])      # a shared prefix broadcasts
-            if group.suffix is not None:
-                block[:, :, p:].copy_(group.suffix[which])
-            start += group.rows
+            lo, hi = max(start, first), min(stop, first + group.rows)
+            if lo < hi:
+                block = out[lo - start:hi - start]
+                prefix = group.prefix[which]
+                if prefix.shape[0] != 1:                     # one prefix row per row
+                    prefix = prefix[lo - first:hi - first]
+                p = prefix.shape[-2]
+                block[:, :, :p].copy_(prefix)                # a shared prefix broadcasts
+                if group.suffix is not None:
+                    block[:, :, p:].copy_(group.suffix[which][lo - first:hi - first])
+            first += group.rows
         return out
 
     @property
     def keys(self) -> torch.Tensor | None:
         """Every row's keys (rows, H, length, D), built on each read (tests, inspection)."""
-        return self._full(0) if self.groups else None
+        return self._rows(0, 0, self.rows) if self.groups else None
 
     @property
     def values(self) -> torch.Tensor | None:
         """Every row's values (rows, H, length, D), built on each read."""
-        return self._full(1) if self.groups else None
+        return self._rows(1, 0, self.rows) if self.groups else None
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
         """Return the key length and offset of a query of `query_length` tokens."""

@@ -6,8 +6,10 @@ navigation guidance), two inferences after a fresh attach (the first captures th
 the peak of `torch.cuda.max_memory_allocated` over the memory allocated before the first, in
 all and per phase, beside `Engine.working_set_bytes()`. `--reference` also runs each workload
 with the prompt's K/V copied per row (testkit/repeated_cache.py: the cache as it was), to show
-what the shared-prefix cache saves; `--deterministic` runs strict deterministic algorithms (as
-bench_workloads' bit-exact pass).
+what the shared-prefix cache saves; `--row-chunk-bytes` sets the largest transient of the
+masked attention's chunks of rows (model/row_chunks.py; a huge value runs every call whole, as
+before chunking; the estimate assumes the default); `--deterministic` runs strict deterministic
+algorithms (as bench_workloads' bit-exact pass).
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ import torch
 
 from alpamayo_offload.engine import core
 from alpamayo_offload.engine.phases import _PhaseBridge
+from alpamayo_offload.model import RolledRotaryAttention
 from alpamayo_offload.profiling.gpu_profile import PROFILE_ROUTE
 from bench.diag.common import add_out, add_subcommand, out_dir, paper_engine
 from testkit.repeated_cache import repeated_cache
@@ -57,6 +60,8 @@ def register(sub: Any) -> None:
     p.add_argument('--workloads', default='s1,s16,nav1,nav16')
     p.add_argument('--reference', action='store_true',
                    help='also run the per-row (repeated) cache')
+    p.add_argument('--row-chunk-bytes', type=int, default=None,
+                   help='cap of one chunk of masked attention rows (default: the model\'s)')
     p.add_argument('--deterministic', action='store_true')
     p.set_defaults(func=run)
 
@@ -67,6 +72,10 @@ def run(args: argparse.Namespace) -> int:
     engine = paper_engine(model=args.model, device=args.device, mode='preload',
                           pin_all_layers=True, deterministic=args.deterministic)
     core._PhaseBridge = _PeakBridge
+    if args.row_chunk_bytes is not None:
+        for module in engine.model.modules():
+            if isinstance(module, RolledRotaryAttention):
+                module.row_chunk_bytes = args.row_chunk_bytes
     rows = []
     for name in args.workloads.split(','):
         samples, guided = WORKLOADS[name]
@@ -92,6 +101,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"{name:6} {cache:8} peak {overall / GIB:6.2f} GiB  estimate "
                   f"{row['estimate_bytes'] / GIB:6.2f} GiB  "
                   + ' '.join(f'{k} {v / GIB:.2f}' for k, v in row['phases'].items()), flush=True)
-    (out / 'kv_memory.json').write_text(json.dumps({'model': args.model, 'rows': rows},
+    (out / 'kv_memory.json').write_text(json.dumps({'model': args.model, 'rows': rows,
+                                                    'row_chunk_bytes': args.row_chunk_bytes},
                                                    indent=1) + '\n')
     return 0

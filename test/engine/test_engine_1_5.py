@@ -18,7 +18,8 @@ from alpamayo_offload.engine import (
     estimate_working_set,
     example_input,
 )
-from alpamayo_offload.model import full_1_5_config, tiny_1_5_config
+from alpamayo_offload.model import RolledRotaryAttention, full_1_5_config, tiny_1_5_config
+from alpamayo_offload.model.row_chunks import ROW_CHUNK_BYTES
 
 NAV = 'Turn left at the next intersection'
 SMALL = dict(model='tiny-1.5', fixed_decode_tokens=3, diffusion_steps=3, num_samples=3,
@@ -32,9 +33,13 @@ def inputs():
     return example_input(108, 192)
 
 
-def _run(mode, resident, inputs, **config):
+def _run(mode, resident, inputs, row_chunk_bytes=None, **config):
     engine = Engine.from_config(EngineConfig(mode=mode, resident=resident,
                                              **{**SMALL, **config}))
+    if row_chunk_bytes is not None:
+        for module in engine.model.modules():
+            if isinstance(module, RolledRotaryAttention):
+                module.row_chunk_bytes = row_chunk_bytes
     try:
         return engine.infer(inputs, nav_text=NAV), engine.infer(inputs)
     finally:
@@ -53,6 +58,23 @@ def test_guided_samples_in_every_mode_match_preload_bit_for_bit(inputs, referenc
         assert np.array_equal(got.samples_xyz, ref.samples_xyz)
         assert np.array_equal(got.samples_rot, ref.samples_rot)
         assert got.coc_token_ids == ref.coc_token_ids
+
+
+@pytest.mark.parametrize(('mode', 'resident'), PLANS)
+def test_attention_in_chunks_of_one_row_matches_whole_calls_in_every_mode(
+        inputs, reference, mode, resident) -> None:
+    """Every masked attention call one row at a time (the tiny prompt never fills a default
+    chunk): the preload result of whole calls, and the same layer calls streamed."""
+    for got, ref in zip(_run(mode, resident, inputs, row_chunk_bytes=1), reference,
+                        strict=True):
+        assert np.array_equal(got.samples_xyz, ref.samples_xyz)
+        assert np.array_equal(got.samples_rot, ref.samples_rot)
+        assert got.coc_token_ids == ref.coc_token_ids
+    if mode == 'sequential':
+        whole = _run(mode, resident, inputs)
+        chunked = _run(mode, resident, inputs, row_chunk_bytes=1)
+        assert [r.streaming['bytes_streamed'] for r in chunked] == \
+            [r.streaming['bytes_streamed'] for r in whole]
 
 
 def test_guidance_runs_only_with_a_route_and_changes_the_result(reference) -> None:
@@ -167,25 +189,28 @@ def test_cuda_generate_text_matches_preload() -> None:
     assert answers[0] == answers[1]
 
 
-def test_working_set_counts_the_prompt_once_and_covers_the_measured_peaks() -> None:
-    """Full-size 1.5, 21 decode tokens: the prompt's K/V (~0.46 GB) is not counted per sample.
+def test_working_set_counts_the_prompt_once_and_one_chunk_of_rows() -> None:
+    """Full-size 1.5, 21 decode tokens: neither the prompt's K/V (~0.43 GiB) nor the masked
+    attention's transient (~80 MB a row at ~3,200 keys) is counted per sample.
 
-    The floors are the preload peaks `python -m bench.diag kv-memory` measures on an H200
-    (max_memory_allocated over the loaded model, graphs on): 1 / 16 samples, without and with
-    navigation guidance.
+    The floors are preload peaks `python -m bench.diag kv-memory` measured on an H200
+    (max_memory_allocated over the loaded model, graphs on) in the phases that run whole: one
+    row (1 sample: prefill; with navigation guidance: the unguided prompt's prefill and refeed)
+    or no mask (16 samples: prefill). The expert's and the refeed's attention over several rows
+    runs in chunks (model/row_chunks.py): 16 samples add their suffixes and at most one chunk,
+    less than one prompt's K/V; with guidance less than two.
     """
     cfg = full_1_5_config()
     base = EngineConfig(model='1.5', device='cuda', max_decode_tokens=21)
     prompt_kv = 2 * 36 * 8 * 128 * 2 * estimate_prompt_tokens(cfg)
-    measured = {(1, None): 0.98, (16, None): 1.87, (1, 1.5): 1.44, (16, 1.5): 3.74}
+    measured = {(1, None): 0.98, (16, None): 0.86, (1, 1.5): 1.44, (16, 1.5): 0.87}
     got = {}
     for (samples, weight), floor in measured.items():
         config = dataclasses.replace(base, num_samples=samples, guidance_weight=weight)
         got[samples, weight] = estimate_working_set(cfg, 2, config)
         assert floor * 2**30 < got[samples, weight] < 6 * 2**30, config
-    # a copy per row would add 15 (30 with guidance) prompts' K/V
-    assert got[16, None] - got[1, None] < 3 * prompt_kv
-    assert got[16, 1.5] - got[1, 1.5] < 8 * prompt_kv
+    assert got[16, None] - got[1, None] < prompt_kv
+    assert got[16, 1.5] - got[1, 1.5] < 2 * prompt_kv
 
 
 @pytest.mark.cuda
@@ -212,3 +237,33 @@ def test_cuda_guided_samples_stay_within_the_working_set_estimate() -> None:
         engine.close()
     assert result.guided and result.samples_xyz.shape[0] == 8
     assert grown <= estimate, f'grew {grown / 2**30:.2f} GiB, estimate {estimate / 2**30:.2f}'
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')
+def test_cuda_row_chunks_change_no_bit_and_bound_the_transient() -> None:
+    """Full widths and prompt, two layers, 8 samples with guidance (16 expert rows, 8 refeed
+    rows), deterministic: the masked attention in chunks of rows (the default cap) gives the
+    bits of whole calls and grows VRAM less than they do."""
+    engine = Engine.from_config(EngineConfig(
+        model='layers=2,vit=2,family=1.5', device='cuda', mode='preload', deterministic=True,
+        max_decode_tokens=8, fixed_decode_tokens=8, diffusion_steps=2, num_samples=8,
+        guidance_weight=1.5))
+    attention = [m for m in engine.model.modules() if isinstance(m, RolledRotaryAttention)]
+    runs = []
+    try:
+        raw = engine.example_input(presized=True)
+        for cap in (ROW_CHUNK_BYTES, 2**62):     # chunks first: the graphs are captured then
+            for module in attention:
+                module.row_chunk_bytes = cap
+            torch.cuda.synchronize()
+            base = torch.cuda.memory_allocated()
+            torch.cuda.reset_peak_memory_stats()
+            result = engine.infer(raw, nav_text=NAV)
+            runs.append((result, torch.cuda.max_memory_allocated() - base))
+    finally:
+        engine.close()
+    (chunked, grown), (whole, grown_whole) = runs
+    assert np.array_equal(chunked.samples_xyz, whole.samples_xyz)
+    assert chunked.coc_token_ids == whole.coc_token_ids
+    assert grown < grown_whole - 2**28, (grown / 2**30, grown_whole / 2**30)
