@@ -622,7 +622,7 @@ def run(args: argparse.Namespace) -> int:
         use_workload(engine, s1)
         reference, preload_row = preloads.get('s1', (None, None))
         accelerate_row(engine, workload_input(engine, s1, args), args, log, clock, reference,
-                       preload_row, meta, decode_tokens=DECODE_TOKENS,
+                       preload_row, decode_tokens=DECODE_TOKENS,
                        diffusion_steps=DIFFUSION_STEPS,
                        headroom_gib=preset['accelerate_headroom_gib'])
     engine.close()
@@ -663,22 +663,29 @@ def _per_row(name: str, bound: str, rows: list[dict[str, Any]], value: Any, ok: 
             'verdict': 'met' if not missed else f"missed: {', '.join(missed)}"}
 
 
+_KIND_LABELS = {'accelerate-device-map': 'acc-dmap'}     # the table's kind column: 8 wide
+# A row's host RSS readings: now, and the peaks of its stages (each since the stage's start).
+_ROW_STAGES = {'handover_peak_rss_bytes': 'hand-over', 'setup_peak_rss_bytes': 'set-up'}
 _RSS_KEYS = ('rss_bytes', 'peak_rss_bytes', 'rss_peak_bytes', 'replan_peak_rss_bytes',
-             'setup_peak_rss_bytes')
+             *_ROW_STAGES)
 
 
 def host_peaks(rows: list[dict[str, Any]], meta: Mapping[str, Any]) -> dict[str, int]:
-    """Peak host RSS per stage: build, profiles and hand-over (meta), then every row (its
-    re-plan or set-up, and its inferences), in the order they ran."""
+    """Peak host RSS per stage: build and profiles (meta), then every row (its re-plan and
+    inferences; the Accelerate row's hand-over and set-up apart), in the order they ran."""
     stages = dict(meta.get('host_rss_stages') or {})
-    build = meta.get('build') or {}
-    stages.setdefault('build', build)
+    stages.setdefault('build', meta.get('build') or {})
     peaks = {name: max((v.get(k) or 0 for k in _RSS_KEYS), default=0)
              for name, v in stages.items()}
     for r in rows:
-        if r.get('status') == 'ok':
-            name = f"{r.get('workload')} {r.get('kind')} {_gib_label(r.get('budget_gib'))}"
-            peaks[name] = max(r.get(k) or 0 for k in _RSS_KEYS)
+        if r.get('status') != 'ok':
+            continue
+        name = f"{r.get('workload')} {_KIND_LABELS.get(r.get('kind'), r.get('kind'))} " \
+               f"{_gib_label(r.get('budget_gib'))}"
+        for key, stage in _ROW_STAGES.items():
+            if r.get(key):
+                peaks[f'{name} {stage}'] = r[key]
+        peaks[name] = max(r.get(k) or 0 for k in _RSS_KEYS if k not in _ROW_STAGES)
     return peaks
 
 
@@ -756,9 +763,6 @@ def targets(rows: list[dict[str, Any]], meta: Mapping[str, Any]) -> list[dict[st
     return found
 
 
-_KIND_LABELS = {'accelerate-device-map': 'acc-dmap'}
-
-
 def table(rows: list[dict[str, Any]]) -> str:
     """One line a row: plan, predicted, measured (default mode and deterministic pass), bounds;
     `*` after e2e: see the row's note below the table."""
@@ -777,7 +781,8 @@ def table(rows: list[dict[str, Any]]) -> str:
             if res else 'all' if r.get('kind') == 'preload' else '-'
         pred = r.get('predicted_s')
         bound = r.get('copy_bound_s')
-        exact = 'ref' if r.get('kind') == 'preload' else str(r.get('bit_exact', '-'))
+        exact = 'ref' if r.get('kind') == 'preload' else \
+            '-' if r.get('bit_exact') is None else str(r['bit_exact'])
         e2e = f"{r['e2e_s']:7.3f}" + ('*' if r.get('note') else ' ')
         lines.append(
             f"{lead} {counts:>9} {_num(pred, 7, 3)} {e2e}"

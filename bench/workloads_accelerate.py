@@ -132,14 +132,14 @@ def unavailable(device: str) -> str | None:
 
 
 def accelerate_row(engine: Any, model_input: Any, args: Any, log: Any, clock: Any,
-                   reference: Any, preload: dict[str, Any] | None, meta: dict[str, Any], *,
-                   decode_tokens: int, diffusion_steps: int, headroom_gib: float) -> None:
+                   reference: Any, preload: dict[str, Any] | None, *, decode_tokens: int,
+                   diffusion_steps: int, headroom_gib: float) -> None:
     """Hand the engine's model over and run Accelerate `device_map="auto"` at `args.accelerate`
     GiB on it (the last row: the engine takes no plan afterwards), or log why it cannot run.
 
     `reference` is preload's deterministic output of this workload (None: not compared),
-    `preload` its row (its phases refine the estimate). Host RSS peaks: the hand-over's in
-    `meta['host_rss_stages']`, set-up and inference in the row.
+    `preload` its row (its phases refine the estimate). The row records the host RSS peak of
+    each stage: hand-over (`Engine.host_model`), set-up (Accelerate's dispatch), inferences.
     """
     from bench.peers.alpamayo import AlpamayoBench, AlpamayoSettings
     from bench.peers.home import reset_rss_peak, rss_bytes, rss_peak_bytes
@@ -179,9 +179,8 @@ def accelerate_row(engine: Any, model_input: Any, args: Any, log: Any, clock: An
                          repeats=Repeats(runs=1, peer_runs=1, slow_runs=1),
                          accel_headroom_gib=headroom_gib),
         Deadline(args.budget_s - clock.elapsed()), engine=engine, model_input=model_input)
-    meta.setdefault('host_rss_stages', {})['accelerate hand-over'] = {
-        'rss_bytes': rss_bytes(), 'peak_rss_bytes': rss_peak_bytes(),
-        'peak_since': 'stage start' if peak_reset else 'process start'}
+    handover = {'handover_rss_bytes': rss_bytes(), 'handover_peak_rss_bytes': rss_peak_bytes(),
+                'handover_peak_since': 'stage start' if peak_reset else 'process start'}
     if ran == decode_tokens and reference is not None:
         bench.reference = RunOutput({'xyz': reference.arrays['xyz'][0],
                                      'rot': reference.arrays['rot'][0],
@@ -198,4 +197,4 @@ def accelerate_row(engine: Any, model_input: Any, args: Any, log: Any, clock: An
         if row.get('timing_mode') == 'deterministic pass':
             row['note'] = '; '.join(filter(None, [
                 row.get('note'), 'timed: the deterministic pass (no time left for a timed run)']))
-    log.row({**head, **row, 'elapsed_s': clock.elapsed()})
+    log.row({**head, **handover, **row, 'elapsed_s': clock.elapsed()})

@@ -111,19 +111,21 @@ def test_accelerate_row_runs_last_on_the_engines_own_weights(
     assert acc['detail'] == {'test_double': True}
     assert acc['bit_exact'] is True and acc['max_abs_diff'] == 0.0     # tokens compared too
     assert acc['rss_peak_bytes'] > 0 and acc['setup_peak_rss_bytes'] > 0
+    assert acc['handover_peak_rss_bytes'] > 0
     assert acc['estimate']['inference_s'] >= 0 and 'extrapolated' not in acc
     (handed,) = accelerate_double
     assert len(handed['layer_storages']) == 1          # every layer: a view of the one store
     assert handed['devices'] == {'cpu'}
     assert handed['max_memory_bytes'] == int((0.65 - 0.05) * 2**30)
-    meta = json.loads((out / 'meta.json').read_text())
-    assert list(meta['host_rss_stages']) == ['build', 'accelerate hand-over']
     doc = json.loads((out / 'bench_workloads.json').read_text())
     (versus,) = [t for t in doc['targets'] if t['name'].startswith('Accelerate device_map')]
     assert versus['name'] == 'Accelerate device_map / ours at 0.65 GiB'
     assert versus['measured'] is not None
     printed = capsys.readouterr().out
-    assert 'acc-dmap' in printed and 'accelerate hand-over' in printed
+    stages = next(line for line in printed.splitlines() if line.startswith('host RSS peak'))
+    assert [part.rsplit(' ', 1)[0] for part in stages.split(': ', 1)[1].split(', ')] == [
+        'build', 's1 preload whole GPU', 's1 planned 0.8 GiB', 's1 planned 0.65 GiB',
+        's1 acc-dmap 0.65 GiB hand-over', 's1 acc-dmap 0.65 GiB set-up', 's1 acc-dmap 0.65 GiB']
 
 
 def test_accelerate_row_short_of_time_extrapolates_a_bounded_run(
