@@ -22,8 +22,15 @@ time is reported beside it), all through `bench.peers.measure.measure`. Peak VRA
 `torch.cuda.max_memory_allocated` since a reset at the row's start; host RSS and pinned bytes
 (the store, the runtime's, torch's caching host allocator, and what a process holding only
 this plan's streamed layers would pin) per row. `--accelerate GiB` adds Accelerate
-`device_map="auto"` at that cap through bench_peers' runner (`bench.peers.alpamayo`), after
-the engine is closed, or records why it cannot run (package, host RAM, time).
+`device_map="auto"` at that cap (s1), last, on the same model (`bench.workloads_accelerate`):
+the engine hands its weights over (`Engine.host_model`: the layers become views of the store,
+its pages pageable again, so the model is never held twice in host RAM) and bench_peers'
+Alpamayo bench runs its Accelerate row on them, compared bit for bit with s1's preload. Its
+time is estimated from Accelerate's placement; when a full inference no longer fits the time
+left, it runs prefill and fewer decode passes and extrapolates (labelled in the row and the
+table); it times only its deterministic pass when a second inference would not fit. Host RSS:
+the peak of every stage (build, profiles, each row's re-plan and inferences, the hand-over and
+Accelerate's set-up), each since the stage's start.
 
 Time: `--budget-s` skips (with the reason, in rows.jsonl) any profile or row whose estimate
 would end past it; estimates are printed before each part and refined from what was measured.
@@ -35,15 +42,19 @@ GPU machine (PYTHONPATH = the repository root). 1.5, one command (~40 s build, ~
 workload's profile, ~30 s its rows):
     PYTHONPATH=$PWD PYTHONUNBUFFERED=1 timeout 590 python3 -m bench.bench_workloads \
         --model 1.5 --out $OUT/wl15 --budget-s 540
-2 Super: the build (~100 s) and its one profile (~300 s) leave too little of a command for the
-rows, so a second command measures them from the first's profile (build/ is git-ignored and
-stays on a warm machine; else carry it):
+2 Super (71.6 GB): the build (~100 s) and its one profile (~300 s) leave too little of a
+command for the rows, so a first command profiles and a second measures every row from that
+profile (build/ is git-ignored and stays on a warm machine; else carry it):
     PYTHONPATH=$PWD PYTHONUNBUFFERED=1 timeout 590 python3 -m bench.bench_workloads \
-        --model 2super --out $OUT/wl2s --budget-s 540; mkdir -p build/wl2s && \
+        --model 2super --out $OUT/wl2s --parts profile --budget-s 540; mkdir -p build/wl2s && \
         cp $OUT/wl2s/profile_*.json build/wl2s/
     PYTHONPATH=$PWD PYTHONUNBUFFERED=1 timeout 590 python3 -m bench.bench_workloads \
         --model 2super --out $OUT/wl2s_rows --profile build/wl2s --parts rows,accelerate \
         --budget-s 540
+The second, estimated: build ~100 s; preload ~10 s; 48 / 32 / 24 GiB ~30 / ~50 / ~65 s
+(3 inferences each, ~25 / 42 / 51 GB of LM layers streamed per pass at ~55 GB/s); Accelerate
+at 32 GiB ~15 s of set-up and ~165 s an inference (38.7 GB of LM layers and head offloaded x 22
+passes, 4.8 GB of expert x 10 steps, at ~5.5 GB/s): its deterministic pass only, ~440 s in all.
 CPU smoke (tiny presets, tiny frames, synthetic profile):
     .venv/bin/python -m bench.bench_workloads --smoke --model tiny-1.5 --out /tmp/wl
 Report from the rows of one or more runs:
