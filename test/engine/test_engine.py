@@ -326,6 +326,22 @@ def test_cuda_layers_pinned_once_match_preload_bit_for_bit() -> None:
 
 
 @pytest.mark.cuda
+def test_cuda_host_model_unpins_the_store_and_keeps_every_weight() -> None:
+    """`host_model` after GPU plans: pageable host views of the store, non-layer on the CPU."""
+    engine = Engine.from_config(EngineConfig(mode='pipelined', pin_all_layers=True, **CUDA))
+    engine.replan(resident={'lm': (0,)}, mode='pipelined')
+    store = engine._source
+    expected = {k: store._get(k).clone() for k in store.keys()}
+    model = engine.host_model()
+    assert not store.pinned
+    tensors = [*model.parameters(), *model.buffers()]
+    assert all(t.device.type == 'cpu' and not t.is_pinned() for t in tensors)
+    named = {**dict(model.named_parameters(remove_duplicate=False)),
+             **dict(model.named_buffers(remove_duplicate=False))}
+    assert all(torch.equal(named[k], v) for k, v in expected.items())
+
+
+@pytest.mark.cuda
 def test_cuda_embedding_on_host_matches_preload_bit_for_bit() -> None:
     """The planner may keep the token embedding on the host: same tokens, same trajectory."""
     inputs = example_input(216, 384)
