@@ -22,8 +22,15 @@ time is reported beside it), all through `bench.peers.measure.measure`. Peak VRA
 `torch.cuda.max_memory_allocated` since a reset at the row's start; host RSS and pinned bytes
 (the store, the runtime's, torch's caching host allocator, and what a process holding only
 this plan's streamed layers would pin) per row. `--accelerate GiB` adds Accelerate
-`device_map="auto"` at that cap through bench_peers' runner (`bench.peers.alpamayo`), after
-the engine is closed, or records why it cannot run (package, host RAM, time).
+`device_map="auto"` at that cap (s1), last, on the same model (`bench.workloads_accelerate`):
+the engine hands its weights over (`Engine.host_model`: the layers become views of the store,
+its pages pageable again, so the model is never held twice in host RAM) and bench_peers'
+Alpamayo bench runs its Accelerate row on them, compared bit for bit with s1's preload. Its
+time is estimated from Accelerate's placement; when a full inference no longer fits the time
+left, it runs prefill and fewer decode passes and extrapolates (labelled in the row and the
+table); it times only its deterministic pass when a second inference would not fit. Host RSS:
+the peak of every stage (build, profiles, each row's re-plan and inferences, the hand-over and
+Accelerate's set-up), each since the stage's start.
 
 Time: `--budget-s` skips (with the reason, in rows.jsonl) any profile or row whose estimate
 would end past it; estimates are printed before each part and refined from what was measured.
@@ -35,15 +42,19 @@ GPU machine (PYTHONPATH = the repository root). 1.5, one command (~40 s build, ~
 workload's profile, ~30 s its rows):
     PYTHONPATH=$PWD PYTHONUNBUFFERED=1 timeout 590 python3 -m bench.bench_workloads \
         --model 1.5 --out $OUT/wl15 --budget-s 540
-2 Super: the build (~100 s) and its one profile (~300 s) leave too little of a command for the
-rows, so a second command measures them from the first's profile (build/ is git-ignored and
-stays on a warm machine; else carry it):
+2 Super (71.6 GB): the build (~100 s) and its one profile (~300 s) leave too little of a
+command for the rows, so a first command profiles and a second measures every row from that
+profile (build/ is git-ignored and stays on a warm machine; else carry it):
     PYTHONPATH=$PWD PYTHONUNBUFFERED=1 timeout 590 python3 -m bench.bench_workloads \
-        --model 2super --out $OUT/wl2s --budget-s 540; mkdir -p build/wl2s && \
+        --model 2super --out $OUT/wl2s --parts profile --budget-s 540; mkdir -p build/wl2s && \
         cp $OUT/wl2s/profile_*.json build/wl2s/
     PYTHONPATH=$PWD PYTHONUNBUFFERED=1 timeout 590 python3 -m bench.bench_workloads \
         --model 2super --out $OUT/wl2s_rows --profile build/wl2s --parts rows,accelerate \
         --budget-s 540
+The second, estimated: build ~100 s; preload ~10 s; 48 / 32 / 24 GiB ~30 / ~50 / ~65 s
+(3 inferences each, ~25 / 42 / 51 GB of LM layers streamed per pass at ~55 GB/s); Accelerate
+at 32 GiB ~15 s of set-up and ~165 s an inference (38.7 GB of LM layers and head offloaded x 22
+passes, 4.8 GB of expert x 10 steps, at ~5.5 GB/s): its deterministic pass only, ~440 s in all.
 CPU smoke (tiny presets, tiny frames, synthetic profile):
     .venv/bin/python -m bench.bench_workloads --smoke --model tiny-1.5 --out /tmp/wl
 Report from the rows of one or more runs:
@@ -105,25 +116,31 @@ class WorkloadSpec:
 
 WORKLOADS = {w.name: w for w in (WorkloadSpec('s1', 1, False), WorkloadSpec('s16', 16, False),
                                  WorkloadSpec('nav1', 1, True), WorkloadSpec('nav16', 16, True))}
-# Per preset: budgets (GiB), workloads, the Accelerate cap (GiB or None), the targets judged,
-# and a first guess of the build's seconds (random weights drawn on the GPU, packed and pinned).
+# Per preset: budgets (GiB), workloads, the Accelerate cap (GiB or None) and the VRAM it keeps
+# free of max_memory (bench_peers' 4 GiB; scaled down for the tiny presets), the targets
+# judged, and a first guess of the build's seconds (random weights drawn on the GPU, packed and
+# pinned).
 _TARGETS_15 = ('bit_exact', 'peak_vram', 'predictor', 'samples_ratio', 'guidance_ratio')
-_TARGETS_2S = ('bit_exact', 'peak_vram', 'copy_bound', 'predictor', 'host_rss')
+_TARGETS_2S = ('bit_exact', 'peak_vram', 'copy_bound', 'predictor', 'host_rss',
+               'vs_accelerate')
 PRESETS: dict[str, dict[str, Any]] = {
     '1.5': {'budgets': '16,12', 'workloads': 's1,s16,nav1,nav16', 'accelerate': None,
-            'targets': _TARGETS_15, 'build_s': 40.0, 'runs': 3},
+            'accelerate_headroom_gib': 4.0, 'targets': _TARGETS_15, 'build_s': 40.0, 'runs': 3},
     '2super': {'budgets': '48,32,24', 'workloads': 's1', 'accelerate': 32.0,
-               'targets': _TARGETS_2S, 'build_s': 100.0, 'runs': 2},
+               'accelerate_headroom_gib': 4.0, 'targets': _TARGETS_2S, 'build_s': 100.0,
+               'runs': 2},
     'tiny-1.5': {'budgets': '0.6,0.58', 'workloads': 's1,s16,nav1,nav16', 'accelerate': None,
-                 'targets': _TARGETS_15, 'build_s': 1.0, 'runs': 1},
-    'tiny-2super': {'budgets': '0.8,0.65', 'workloads': 's1', 'accelerate': 0.6,
-                    'targets': _TARGETS_2S, 'build_s': 1.0, 'runs': 1},
+                 'accelerate_headroom_gib': 0.05, 'targets': _TARGETS_15, 'build_s': 1.0,
+                 'runs': 1},
+    'tiny-2super': {'budgets': '0.8,0.65', 'workloads': 's1', 'accelerate': 0.65,
+                    'accelerate_headroom_gib': 0.05, 'targets': _TARGETS_2S, 'build_s': 1.0,
+                    'runs': 1},
 }
 SMOKE = {'device': 'cpu', 'profile': ['synthetic'], 'height': 64, 'width': 96}
 PARTS = ('profile', 'rows', 'accelerate')
 # Ratios the targets allow.
 BOUNDS = {'samples_ratio': 1.3, 'guidance_ratio': 1.3, 'copy_bound': 1.05, 'predictor': 0.02,
-          'host_rss': 1.15}
+          'host_rss': 1.15, 'vs_accelerate': 10.0}
 # First guess of the pinned link (GB/s) until a profile measures it; the profiler's inferences
 # per profile in units of one nothing-resident sequential inference (warm-up and profiled
 # run, the pipelined warm-up, 3 host-timed runs synchronised per layer, the final warm-up and
@@ -131,9 +148,6 @@ BOUNDS = {'samples_ratio': 1.3, 'guidance_ratio': 1.3, 'copy_bound': 1.05, 'pred
 GUESS_LINK_GBPS = 50.0
 PROFILE_INFERENCES = 2 + 1 + 3 * 1.3 + 1
 ESTIMATE_MARGIN = 1.2
-# Accelerate's per-module copies from pageable memory move about this many GB/s on the H200
-# (docs/benchmarks.md, the offloading peers).
-ACCELERATE_GBPS = 6.5
 
 
 # ---------------------------------------------------------------- command line
@@ -404,6 +418,7 @@ def run_row(engine: Any, model_input: Any, spec: WorkloadSpec, kind: str, budget
     """Attach one plan under its cap, then `measure` (deterministic pass, warm-up, timed runs)."""
     import numpy as np
 
+    from bench.peers.home import reset_rss_peak
     from bench.peers.measure import Deadline, RunOutput, measure
 
     def infer() -> RunOutput:
@@ -413,19 +428,21 @@ def run_row(engine: Any, model_input: Any, spec: WorkloadSpec, kind: str, budget
                          dict(r.timings))
 
     cap_vram(args.device, budget)
+    reset_rss_peak()
     t0 = time.perf_counter()
     engine.replan(resident={s: placement.indices(s) for s in placement.resident},
                   mode='preload' if kind == 'preload' else 'pipelined', budget_bytes=budget,
                   embed_on_host=placement.embed_on_host, compression='off')
     replan_s = time.perf_counter() - t0
+    replan_peak = host_memory()['peak_rss_bytes']      # measure resets the peak
     figures, det, last = measure(infer, warmup=args.warmup, runs=args.runs,
                                  deadline=Deadline(float('inf')), reference=reference,
                                  reference_timed=None)
     cap_vram(args.device, None)
     info = engine.info
-    row: dict[str, Any] = {**figures, 'replan_s': replan_s,
-                           'store_pinned_bytes': info.host_store_bytes if args.device != 'cpu'
-                           else 0,
+    row: dict[str, Any] = {**figures, 'replan_s': replan_s, 'replan_peak_rss_bytes': replan_peak,
+                           'store_pinned_bytes': info.host_store_bytes
+                           if args.device.startswith('cuda') else 0,
                            'runtime_pinned_bytes': info.pinned_bytes}
     row['pinned_bytes'] = (row['store_pinned_bytes'] + row['runtime_pinned_bytes']
                            + row['caching_pinned_bytes'])
@@ -444,8 +461,9 @@ def row_estimate_s(predicted_s: float, args: argparse.Namespace) -> float:
 
 
 def workload_rows(engine: Any, spec: WorkloadSpec, profile: Profile, args: argparse.Namespace,
-                  log: Log, clock: Clock) -> None:
-    """Preload, then the planned row of each budget, for one workload."""
+                  log: Log, clock: Clock) -> tuple[Any, dict[str, Any] | None]:
+    """Preload, then the planned row of each budget, for one workload; preload's deterministic
+    output and row (None, None where it did not run)."""
     model_input = workload_input(engine, spec, args)
     options = PlannerOptions(workload=spec.planner_workload(), compression='off',
                              max_decode_tokens=DECODE_TOKENS)
@@ -461,7 +479,7 @@ def workload_rows(engine: Any, spec: WorkloadSpec, profile: Profile, args: argpa
         todo.append(('planned', gib, result.placement, None,
                      {**plan_facts(profile, result.placement, spec),
                       'planned_vram_bytes': result.vram.total, 'strategy': result.strategy}))
-    reference = None
+    reference, preload_row = None, None
     for kind, gib, placement, refused, facts in todo:
         head = {'workload': spec.name, 'num_samples': spec.num_samples,
                 'guidance': spec.guidance, 'kind': kind, 'budget_gib': gib,
@@ -488,73 +506,24 @@ def workload_rows(engine: Any, spec: WorkloadSpec, profile: Profile, args: argpa
             cap_vram(args.device, None)
             log.row({**head, 'status': status_of(err), 'estimated_s': need})
             continue
+        row = log.row({**head, **got, 'status': 'ok', 'estimated_s': need,
+                       'seconds': time.perf_counter() - t0, 'elapsed_s': clock.elapsed()})
         if kind == 'preload':
-            reference = det
-        log.row({**head, **got, 'status': 'ok', 'estimated_s': need,
-                 'seconds': time.perf_counter() - t0, 'elapsed_s': clock.elapsed()})
-
-
-# ---------------------------------------------------------------- Accelerate
-def accelerate_row(args: argparse.Namespace, meta: dict[str, Any], log: Log, clock: Clock,
-                   s1_profile: str | None) -> None:
-    """Accelerate device_map="auto" at `--accelerate` GiB through bench_peers' Alpamayo bench,
-    or the reason it cannot run here."""
-    gib = args.accelerate
-    head = {'workload': 's1', 'num_samples': 1, 'guidance': False,
-            'kind': 'accelerate-device-map', 'budget_gib': gib, 'budget_bytes': int(gib * GIB)}
-    model_bytes = meta['build'].get('model_bytes') or 0
-    host = host_total_bytes()
-    seq_s = meta.get('nothing_resident_s', {}).get('s1', 0.0)
-    lm_passes = 1 + DECODE_TOKENS
-    offloaded = max(0.0, model_bytes - (gib - 4.0) * GIB)      # bench_peers' 4 GiB headroom
-    infer_s = lm_passes * offloaded / (ACCELERATE_GBPS * 1e9) + seq_s / 4
-    need = meta['build'].get('seconds', 0.0) + 2 * seq_s + 2 * infer_s + 20.0
-    from bench.peers import hf_peers
-
-    if not args.device.startswith('cuda'):
-        reason = 'skipped: the Accelerate row needs CUDA'
-    elif not hf_peers.available('accelerate'):
-        reason = 'skipped: accelerate is not importable here'
-    elif s1_profile is None:
-        reason = 'skipped: no s1 profile file to hand to bench_peers'
-    elif host is not None and 2 * model_bytes > host:
-        reason = (f'skipped: host RAM: bench_peers builds the model in host RAM '
-                  f'({model_bytes / 1e9:.1f} GB) and its sequential attach pins every layer '
-                  f'beside it ({2 * model_bytes / 1e9:.1f} GB) > {host / 1e9:.1f} GB here')
-    else:
-        reason = clock.refuse(need)
-    LOG.info('accelerate %g GiB: estimated %.0f s (%.0f s an inference)', gib, need, infer_s)
-    if reason:
-        log.row({**head, 'status': reason, 'estimated_s': need})
-        return
-    from bench.peers.alpamayo import AlpamayoBench, AlpamayoSettings
-    from bench.peers.measure import Deadline
-    from bench.peers.rows import RowSpec
-    from bench.peers.runner import Repeats
-
-    bench = AlpamayoBench(AlpamayoSettings(
-        model=args.model, device=args.device, decode_tokens=DECODE_TOKENS,
-        diffusion_steps=DIFFUSION_STEPS, image_hw=(args.height, args.width),
-        repeats=Repeats(runs=1, peer_runs=1, slow_runs=1), profile_path=s1_profile),
-        Deadline(args.budget_s - clock.elapsed()))
-    try:
-        row = bench.run(RowSpec('alpamayo', 'accelerate-device-map', gib))
-    finally:
-        bench.close()
-    log.row({**head, **row, 'estimated_s': need, 'elapsed_s': clock.elapsed()})
+            reference, preload_row = det, row
+    return reference, preload_row
 
 
 # ---------------------------------------------------------------- the run
 def build_engine(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
-    """Load the model once (pinned store on CUDA); its build seconds, bytes and host RAM."""
+    """Load the model once, every layer in one host store (pinned on CUDA); its build
+    seconds, bytes and host RAM."""
     from alpamayo_offload.engine import Engine, EngineConfig
 
-    cuda = args.device.startswith('cuda')
     t0 = time.perf_counter()
     engine = Engine.load(EngineConfig(
         model=args.model, device=args.device, mode='pipelined', resident={},
         max_decode_tokens=DECODE_TOKENS, fixed_decode_tokens=DECODE_TOKENS,
-        diffusion_steps=DIFFUSION_STEPS, seed=0, pin_all_layers=cuda))
+        diffusion_steps=DIFFUSION_STEPS, seed=0, pin_all_layers=True))
     layer_bytes = {name: sum(f.packed_bytes for f in sizes)
                    for name, sizes in engine.layer_footprints().items()}
     non_layer = sum(t.numel() * t.element_size() for m in engine.model.non_layer_modules().values()
@@ -562,7 +531,8 @@ def build_engine(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     source = getattr(engine, '_source', None)
     build = {'seconds': time.perf_counter() - t0, 'layer_bytes': layer_bytes,
              'non_layer_bytes': non_layer, 'model_bytes': sum(layer_bytes.values()) + non_layer,
-             'store_bytes': getattr(source, 'nbytes', 0) if cuda else 0,
+             'store_bytes': getattr(source, 'nbytes', 0),
+             'store_pinned': bool(getattr(source, 'pinned', False)),
              'host_total_bytes': host_total_bytes(), **host_memory()}
     return engine, build
 
@@ -571,7 +541,8 @@ def run(args: argparse.Namespace) -> int:
     """Profiles and rows within the time budget; then the table."""
     import torch
 
-    from bench.peers.home import release_memory
+    from bench.peers.home import release_memory, reset_rss_peak
+    from bench.workloads_accelerate import accelerate_row
 
     clock = Clock(args.budget_s)
     out: Path = args.out
@@ -602,11 +573,12 @@ def run(args: argparse.Namespace) -> int:
     print(f"build: {meta['build']['seconds']:.1f} s, model {meta['build']['model_bytes'] / 1e9:.1f}"
           f" GB, peak host RSS {(meta['build']['peak_rss_bytes'] or 0) / 1e9:.1f} GB",
           flush=True)
+    meta['host_rss_stages'] = {'build': {**host_memory(), 'peak_since': 'process start'}}
     log.save_meta()
     given = read_profiles([p for p in args.profile or [] if p != 'synthetic'])
     synthetic = 'synthetic' in (args.profile or [])
     calibration = 1.0                 # measured / estimated seconds of the profiles so far
-    s1_profile: str | None = None
+    preloads: dict[str, tuple[Any, dict[str, Any] | None]] = {}   # workload: output, row
     for spec in specs:
         use_workload(engine, spec)
         model_input = workload_input(engine, spec, args)
@@ -634,8 +606,11 @@ def run(args: argparse.Namespace) -> int:
                          'status': skip})
                 continue
             t0 = time.perf_counter()
+            since = 'stage start' if reset_rss_peak() else 'process start'
             profile = measure_profile(engine, spec, args, model_input)
             took = time.perf_counter() - t0
+            meta['host_rss_stages'][f'profile {spec.name}'] = {**host_memory(),
+                                                                'peak_since': since}
             path = str(out / f'profile_{spec.name}.json')
             save_profile(profile, path)
             seq_s = nothing_resident_s(profile, spec, meta['build']['layer_bytes'])
@@ -649,18 +624,22 @@ def run(args: argparse.Namespace) -> int:
                                            'link_gbps': profile.machine.pinned_h2d_gbps}
             if path != 'synthetic':
                 profile = with_engine_vram(engine, profile, meta['profiles'][spec.name])
-        if spec.name == 's1' and path != 'synthetic':
-            s1_profile = path
         log.save_meta()
         if 'rows' in args.part_set:
-            workload_rows(engine, spec, profile, args, log, clock)
+            preloads[spec.name] = workload_rows(engine, spec, profile, args, log, clock)
             log.save_meta()
+    if args.accelerate and 'accelerate' in args.part_set:
+        s1 = WORKLOADS['s1']           # the row runs the s1 workload, last, on the same model
+        use_workload(engine, s1)
+        reference, preload_row = preloads.get('s1', (None, None))
+        accelerate_row(engine, workload_input(engine, s1, args), args, log, clock, reference,
+                       preload_row, decode_tokens=DECODE_TOKENS,
+                       diffusion_steps=DIFFUSION_STEPS,
+                       headroom_gib=preset['accelerate_headroom_gib'])
     engine.close()
     del engine
     gc.collect()
     release_memory()
-    if args.accelerate and 'accelerate' in args.part_set:
-        accelerate_row(args, meta, log, clock, s1_profile)
     meta['wall_s'] = clock.elapsed()
     log.save_meta()
     return report(out, log.rows, meta)
@@ -693,6 +672,57 @@ def _per_row(name: str, bound: str, rows: list[dict[str, Any]], value: Any, ok: 
     missed = [f"{r['workload']}@{_gib_label(r.get('budget_gib'))}" for r in got if not ok(r)]
     return {'name': name, 'bound': bound, 'measured': ', '.join(values),
             'verdict': 'met' if not missed else f"missed: {', '.join(missed)}"}
+
+
+_KIND_LABELS = {'accelerate-device-map': 'acc-dmap'}     # the table's kind column: 8 wide
+# A row's host RSS readings: now, and the peaks of its stages (each since the stage's start).
+_ROW_STAGES = {'handover_peak_rss_bytes': 'hand-over', 'setup_peak_rss_bytes': 'set-up'}
+_RSS_KEYS = ('rss_bytes', 'peak_rss_bytes', 'rss_peak_bytes', 'replan_peak_rss_bytes',
+             *_ROW_STAGES)
+
+
+def host_peaks(rows: list[dict[str, Any]], meta: Mapping[str, Any]) -> dict[str, int]:
+    """Peak host RSS per stage: build and profiles (meta), then every row (its re-plan and
+    inferences; the Accelerate row's hand-over and set-up apart), in the order they ran."""
+    stages = dict(meta.get('host_rss_stages') or {})
+    stages.setdefault('build', meta.get('build') or {})
+    peaks = {name: max((v.get(k) or 0 for k in _RSS_KEYS), default=0)
+             for name, v in stages.items()}
+    for r in rows:
+        if r.get('status') != 'ok':
+            continue
+        name = f"{r.get('workload')} {_KIND_LABELS.get(r.get('kind'), r.get('kind'))} " \
+               f"{_gib_label(r.get('budget_gib'))}"
+        for key, stage in _ROW_STAGES.items():
+            if r.get(key):
+                peaks[f'{name} {stage}'] = r[key]
+        peaks[name] = max(r.get(k) or 0 for k in _RSS_KEYS if k not in _ROW_STAGES)
+    return peaks
+
+
+def _vs_accelerate(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Ours (planned) against Accelerate device_map at the same cap and workload."""
+    bound = BOUNDS['vs_accelerate']
+    ours = {(r['workload'], r['budget_gib']): r for r in rows
+            if r.get('kind') == 'planned' and r.get('status') == 'ok'}
+    found = []
+    for a in rows:
+        if a.get('kind') != 'accelerate-device-map':
+            continue
+        name = f"Accelerate device_map / ours at {_gib_label(a.get('budget_gib'))}"
+        mine = ours.get((a.get('workload'), a.get('budget_gib')))
+        if a.get('status') != 'ok' or mine is None:
+            found.append({'name': name, 'bound': f'>= {bound:g}x', 'measured': None,
+                          'verdict': 'not measured'})
+            continue
+        how = ' (Accelerate extrapolated)' if a.get('extrapolated') else \
+            ' (Accelerate: deterministic pass)' if a.get('timing_mode') == 'deterministic pass' \
+            else ''
+        ratio = a['e2e_s'] / mine['e2e_s']
+        found.append({'name': name, 'bound': f'>= {bound:g}x',
+                      'measured': f"{ratio:.2f}x ({a['e2e_s']:.1f} / {mine['e2e_s']:.3f} s){how}",
+                      'verdict': 'met' if ratio >= bound else 'missed'})
+    return found
 
 
 def targets(rows: list[dict[str, Any]], meta: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -729,11 +759,13 @@ def targets(rows: list[dict[str, Any]], meta: Mapping[str, Any]) -> list[dict[st
     if 'guidance_ratio' in wanted and top is not None:
         found.append(_ratio_target(rows, 'nav1', 's1', top, BOUNDS['guidance_ratio']))
         found.append(_ratio_target(rows, 'nav16', 's16', top, BOUNDS['guidance_ratio']))
+    if 'vs_accelerate' in wanted:
+        found += _vs_accelerate(rows)
     if 'host_rss' in wanted:
         build = meta.get('build', {})
         peak, model = build.get('peak_rss_bytes'), build.get('model_bytes')
-        run_peak = max([peak or 0] + [r.get('rss_bytes') or 0 for r in rows])
-        found.append({'name': 'peak host RSS / model bytes (build and every row)',
+        run_peak = max(host_peaks(rows, meta).values(), default=0)
+        found.append({'name': 'peak host RSS / model bytes (build, profiles, rows, hand-over)',
                       'bound': f"<= {BOUNDS['host_rss']:g}x",
                       'measured': f'{run_peak / model:.3f}x ({run_peak / 1e9:.1f} / '
                                   f'{model / 1e9:.1f} GB)' if peak and model else None,
@@ -743,14 +775,15 @@ def targets(rows: list[dict[str, Any]], meta: Mapping[str, Any]) -> list[dict[st
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    """One line a row: plan, predicted, measured (default mode and deterministic pass), bounds."""
+    """One line a row: plan, predicted, measured (default mode and deterministic pass), bounds;
+    `*` after e2e: see the row's note below the table."""
     head = (f"{'wl':<6} {'budget':>9} {'kind':<8} {'v/l/e res':>9} {'pred s':>7} {'e2e s':>7} "
             f"{'det s':>7} {'err':>7} {'bound s':>7} {'x bnd':>6} {'peak GiB':>8} "
-            f"{'exact':>5} {'RSS GB':>6} {'pin GB':>6} {'plan pin':>8}")
+            f"{'exact':>5} {'RSS pk':>6} {'pin GB':>6} {'plan pin':>8}")
     lines = [head]
     for r in rows:
-        lead = f"{r.get('workload', '-'):<6} {_gib_label(r.get('budget_gib')):>9} " \
-               f"{str(r.get('kind'))[:8]:<8}"
+        kind = _KIND_LABELS.get(str(r.get('kind')), str(r.get('kind')))
+        lead = f"{r.get('workload', '-'):<6} {_gib_label(r.get('budget_gib')):>9} {kind[:8]:<8}"
         if r.get('status') != 'ok':
             lines.append(f"{lead} {r.get('status')}")
             continue
@@ -759,14 +792,16 @@ def table(rows: list[dict[str, Any]]) -> str:
             if res else 'all' if r.get('kind') == 'preload' else '-'
         pred = r.get('predicted_s')
         bound = r.get('copy_bound_s')
-        exact = r.get('bit_exact')
+        exact = 'ref' if r.get('kind') == 'preload' else \
+            '-' if r.get('bit_exact') is None else str(r['bit_exact'])
+        e2e = f"{r['e2e_s']:7.3f}" + ('*' if r.get('note') else ' ')
         lines.append(
-            f"{lead} {counts:>9} {_num(pred, 7, 3)} {r['e2e_s']:7.3f} "
+            f"{lead} {counts:>9} {_num(pred, 7, 3)} {e2e}"
             f"{r['deterministic_pass_s']:7.3f} "
             f"{_pct(r['e2e_s'] / pred - 1 if pred else None):>7} {_num(bound, 7, 3)} "
             f"{_num(r['e2e_s'] / bound if bound else None, 6, 3)} "
             f"{r.get('peak_allocated_bytes', 0) / GIB:8.2f} "
-            f"{'ref' if exact is None else str(exact):>5} {(r.get('rss_bytes') or 0) / 1e9:6.1f} "
+            f"{exact:>5} {max(r.get(k) or 0 for k in _RSS_KEYS) / 1e9:6.1f} "
             f"{(r.get('pinned_bytes') or 0) / 1e9:6.1f} "
             f"{_num((r['plan_pinned_bytes'] / 1e9) if 'plan_pinned_bytes' in r else None, 8, 1)}")
     return '\n'.join(lines)
@@ -793,16 +828,24 @@ def report(out: Path, rows: list[dict[str, Any]], meta: Mapping[str, Any]) -> in
         print(f"build {build.get('seconds', 0):.1f} s; model "
               f"{build.get('model_bytes', 0) / 1e9:.1f} GB; host RSS after build "
               f"{(build.get('rss_bytes') or 0) / 1e9:.1f} GB, peak "
-              f"{(build.get('peak_rss_bytes') or 0) / 1e9:.1f} GB; pinned store "
-              f"{build.get('store_bytes', 0) / 1e9:.1f} GB")
+              f"{(build.get('peak_rss_bytes') or 0) / 1e9:.1f} GB; host store "
+              f"{build.get('store_bytes', 0) / 1e9:.1f} GB"
+              f"{' (pinned)' if build.get('store_pinned', True) else ' (not pinned)'}")
     for name, p in (meta.get('profiles') or {}).items():
         print(f"profile {name}: {p.get('status') or p.get('path')}"
               + (f", {p['seconds']:.0f} s" if p.get('seconds') else ''))
     print('e2e: median of the timed runs in the default mode (the latency figure); det: the '
           'deterministic pass (strict mode), compared bit for bit with preload; err: e2e vs '
-          'the plan\'s prediction; bound: streamed bytes / pinned link; pin GB: pinned in this '
-          'process (every layer: the store); plan pin: what this plan alone streams')
+          'the plan\'s prediction; bound: streamed bytes / pinned link; RSS pk: peak host RSS '
+          'of the row (re-plan or set-up, inferences); pin GB: pinned in this process (every '
+          'layer: the store); plan pin: what this plan alone streams; *: see the note below')
     print(text)
+    for r in rows:
+        if r.get('note'):
+            print(f"  {r.get('workload')} {r.get('kind')} {_gib_label(r.get('budget_gib'))}: "
+                  f"{r['note']}")
+    print('host RSS peak per stage, GB: ' + ', '.join(
+        f'{name} {peak / 1e9:.1f}' for name, peak in host_peaks(rows, meta).items()))
     print('targets:')
     for t in found:
         print(f"  {t['name']}: {t['measured'] or '-'} (bound {t['bound']}) -> {t['verdict']}")

@@ -102,6 +102,7 @@ class Engine:
         self._cache_resolved = False                # the cache is resolved on first use
         self._layer_bytes = {name: [_module_bytes(m) for m in layers]
                              for name, layers in model.layer_sequences().items()}
+        self._handed_over = False                   # set by host_model: no plan afterwards
 
     # ---------------------------------------------------------------- construction
     @classmethod
@@ -168,6 +169,10 @@ class Engine:
         `layer_graphs` False runs this plan's resident layers eagerly (the profiler times them
         so); None follows `EngineConfig.layer_graphs`.
         """
+        if self._handed_over:
+            raise EngineError('the model was handed over to the host (host_model): its layers '
+                              'share the host store outside any runtime; load the engine again '
+                              'to run a plan')
         if self._runtime is not None:
             self._release_graphs()
             self._runtime.detach()
@@ -253,6 +258,34 @@ class Engine:
             self._release_graphs()
             self._runtime.detach()
             self._runtime = None
+
+    def host_model(self, pinned: bool = False) -> AlpamayoR1:
+        """Detach and return the model with every weight in host memory, for another runtime.
+
+        The layers become views of the host store (`pin_all_layers`: no copy; its pages made
+        pageable again unless `pinned`), or keep the host tensors a random build gave them;
+        the non-layer modules move to the CPU. Host memory grows by the non-layer modules at
+        most. The engine takes no plan afterwards (`replan` refuses): the weights are the
+        caller's. Layers read from a checkpoint at attach (no store) have no host copy to hand
+        over: refused with `EngineError`.
+        """
+        self.close()
+        sequences = _layer_sequences(self.model)
+        if isinstance(self._source, HostStore):
+            try:
+                if not pinned:
+                    self._source.unpin()
+                self._source.restore_layers(sequences)
+            except OffloadError as err:
+                raise EngineError(f'cannot hand the layers over: {err}') from err
+        elif any(t.is_meta for seq in sequences for layer in seq.layers
+                 for t in [*layer.parameters(), *layer.buffers()]):
+            raise EngineError('the layers have no host copy to hand over (they are read from the '
+                              'checkpoint at attach): load with pin_all_layers=True')
+        for module in self.model.non_layer_modules().values():
+            module.to('cpu')
+        self._handed_over = True
+        return self.model
 
     # ---------------------------------------------------------------- inference
     def infer(self, model_input: ModelInputLike, nav_text: str | None = None,

@@ -86,6 +86,12 @@ class HostArena:
         self._unregister = weakref.finalize(self, _unregister, ptr)
         self.pinned = True
 
+    def unpin(self) -> None:
+        """Make the arena pageable again: the same pages and contents, no longer page-locked."""
+        if self.pinned:
+            self._unregister()
+            self.pinned = False
+
     def release(self) -> None:
         """Unregister (if pinned) and drop the memory; the regions are unusable afterwards."""
         if self.pinned:

@@ -80,6 +80,31 @@ class HostStore(StateDictSource):
                 for module, attr in t.owners:
                     (module._parameters if t.is_param else module._buffers)[attr] = new
 
+    def unpin(self) -> None:
+        """Make the store's memory pageable again (same pages, no copy)."""
+        self._arena.unpin()
+
+    def restore_layers(self, sequences: Sequence[LayerSequence]) -> None:
+        """Point every tensor of `sequences`' layers at its view in the store: host tensors.
+
+        The inverse of `adopt`'s hand-off to ``meta``, without a copy: for a caller that runs
+        the module tree without a runtime (another offloader, a forward on the host). The
+        layers then share the store's memory. A layer attached to a runtime (its tensors on the
+        device) is refused with `LayerError`; one already restored stays as it is.
+        """
+        found = [(t, seq.qualified_name(index, t.name)) for seq in sequences
+                 for index, layer in enumerate(seq.layers) for t in collect_tensors(layer)]
+        for t, name in found:              # every layer checked before any is changed
+            check_spec(self, name, t.spec)
+            if not t.on_meta and t.original.data_ptr() != self._get(name).data_ptr():
+                raise LayerError(f'{name!r} holds a tensor of its own on {t.origin} (attached '
+                                 'to a runtime?): detach first')
+        for t, name in found:
+            value = self._get(name)
+            new = torch.nn.Parameter(value, requires_grad=False) if t.is_param else value
+            for module, attr in t.owners:
+                (module._parameters if t.is_param else module._buffers)[attr] = new
+
     def region(self, sequence: str, index: int, layout: LayerLayout) -> HostRegion:
         """Return layer `index` of `sequence`'s region, refusing a layer packed otherwise."""
         stored = self._layouts.get((sequence, index))

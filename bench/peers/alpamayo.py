@@ -1,9 +1,11 @@
 """The Alpamayo-R1 rows: our engine's modes and the HF peers on one loaded model.
 
-The engine builds the full-size model once (random weights from a seed, home in host RAM).
-Our rows re-attach the engine's runtime with another plan (`Engine.replan`); a peer row closes
-the engine, wraps the same module tree, and is removed again before the next row, after which
-`HomeCopy.restore` puts back the very same host tensors.
+The engine builds the full-size model once (random weights from a seed, home in host RAM), or
+the bench adopts an engine another benchmark loaded and handed over (`Engine.host_model`: its
+layers are views of the engine's host store, so the model is never held twice; only peer rows
+run then). Our rows re-attach the engine's runtime with another plan (`Engine.replan`); a peer
+row closes the engine, wraps the same module tree, and is removed again before the next row,
+after which `HomeCopy.restore` puts back the very same host tensors.
 """
 from __future__ import annotations
 
@@ -63,31 +65,43 @@ class AlpamayoBench(RowBench):
 
     model_name = 'alpamayo'
 
-    def __init__(self, settings: AlpamayoSettings, deadline: Deadline) -> None:
+    def __init__(self, settings: AlpamayoSettings, deadline: Deadline,
+                 engine: Engine | None = None, model_input: Any = None) -> None:
+        """Build the model, or adopt `engine` (handed over: `Engine.host_model`) and run
+        `model_input` on it, with the engine's options but the settings' decode tokens and
+        diffusion steps (no profile: peer rows only)."""
         super().__init__(deadline, settings.repeats, settings.accel_headroom_gib)
         self.s = settings
         self.device = torch.device(settings.device)
         self.cuda = self.device.type == 'cuda'
         start = time.perf_counter()
-        self.config = EngineConfig(
-            model=settings.model, device=settings.device, mode='sequential', resident={},
-            max_decode_tokens=max(1, settings.decode_tokens),
-            fixed_decode_tokens=settings.decode_tokens,
-            diffusion_steps=settings.diffusion_steps, seed=0, instrument=self.cuda)
-        self.engine = Engine.from_config(self.config)
-        if self.cuda:
-            torch.cuda.synchronize()
+        self.encoder = SyntheticTextIds()
+        self.profile: Profile | None = None
+        if engine is None:
+            self.config = EngineConfig(
+                model=settings.model, device=settings.device, mode='sequential', resident={},
+                max_decode_tokens=max(1, settings.decode_tokens),
+                fixed_decode_tokens=settings.decode_tokens,
+                diffusion_steps=settings.diffusion_steps, seed=0, instrument=self.cuda)
+            self.engine = Engine.from_config(self.config)
+            if self.cuda:
+                torch.cuda.synchronize()
+            self.model_input = self.engine.example_input(*settings.image_hw)
+            self.profile = self._profile() if self.cuda else None
+            self.engine.close()
+            for module in self.engine.model.non_layer_modules().values():
+                module.to('cpu')
+        else:
+            self.config = dataclasses.replace(
+                engine.config, fixed_decode_tokens=settings.decode_tokens,
+                diffusion_steps=settings.diffusion_steps)
+            self.engine, self.model_input = engine, model_input
         self.build_s = time.perf_counter() - start
         self.model = self.engine.model
-        self.model_input = self.engine.example_input(*settings.image_hw)
-        self.encoder = SyntheticTextIds()
-        self.profile = self._profile() if self.cuda else None
+        self.dtype = self.model.vlm.model.language_model.norm.weight.dtype
         self.workload = Workload(
             self.profile.measured_passes('decode') if self.profile else settings.decode_tokens,
             settings.diffusion_steps)
-        self.engine.close()
-        for module in self.model.non_layer_modules().values():
-            module.to('cpu')
         self.home = HomeCopy(self.model)
         LOG.info('model built in %.1f s (%.2f GiB home copy)', self.build_s,
                  self.home.nbytes / GIB)
@@ -219,24 +233,31 @@ class AlpamayoBench(RowBench):
         return RunOutput({'xyz': result.xyz, 'rot': result.rot}, dict(result.timings))
 
     def _peer_infer(self) -> RunOutput:
-        """What `Engine.infer` does, on a model that a peer has wrapped (same inputs, options)."""
+        """What `Engine.infer` does, on a model that a peer has wrapped (same inputs, options:
+        the pixels prepared on the device in the model's dtype, the route text if any)."""
         t_start = time.perf_counter()
         x = self.model_input
+        nav_text = getattr(x, 'nav_text', None)
         inputs = prepare_inputs(np.asarray(x.images), np.asarray(x.ego_history_xyz, np.float64),
                                 np.asarray(x.ego_history_rot, np.float64), self.model.cfg,
-                                self.encoder)
+                                self.encoder, self.device, self.dtype,
+                                camera_indices=getattr(x, 'camera_indices', None),
+                                nav_text=nav_text)
         t_prep = time.perf_counter()
         clock = PhaseClock(self.cuda)
+        guided = nav_text is not None and self.config.guidance_weight is not None
         with torch.no_grad():   # not inference_mode: Accelerate re-creates Parameters per call
             result = run_inference(self.model, inputs, self.device,
-                                   self.config.decode_options(), observer=clock)
+                                   self.config.decode_options(guided), observer=clock)
         phases = clock.seconds()
         t_end = time.perf_counter()
         timings = {'preprocess': t_prep - t_start, **phases,
                    'postprocess': max(0.0, (t_end - t_prep) - sum(phases.values())),
                    'total': t_end - t_start}
         return RunOutput({'xyz': result.xyz[0].double().numpy(),
-                          'rot': result.rot[0].double().numpy()}, timings)
+                          'rot': result.rot[0].double().numpy(),
+                          'tokens': np.asarray(result.coc_token_ids[0], dtype=np.int64)},
+                         timings)
 
     def close(self) -> None:
         """Detach everything and drop the model."""

@@ -88,11 +88,14 @@ def deterministic(run: Callable[[], RunOutput]) -> RunOutput:
 
 def measure(infer: Callable[[], RunOutput], *, warmup: int, runs: int, deadline: Deadline,
             reference: RunOutput | None, reference_timed: RunOutput | None,
-            deterministic_timing: bool = False
+            deterministic_timing: bool = False, timed_optional: bool = False
             ) -> tuple[dict[str, object], RunOutput, RunOutput]:
     """Correctness pass, `warmup` warm-ups, then up to `runs` timed runs.
 
     Stops timing early (after at least one run) when the next run would overrun the deadline.
+    With `timed_optional` (rows of minutes an inference) not even one timed run is forced:
+    when it would overrun, the deterministic pass is the row's only run and its time the row's
+    figure (`timing_mode` 'deterministic pass').
     Returns the row's figures, the deterministic output and the last timed output.
     """
     if torch.cuda.is_available():
@@ -108,19 +111,23 @@ def measure(infer: Callable[[], RunOutput], *, warmup: int, runs: int, deadline:
     outs: list[RunOutput] = []
     cut = False
     while len(outs) < runs:
-        if outs and not deadline.allows(max(o.e2e_s for o in outs)):
+        longest = max(o.e2e_s for o in outs) if outs else det.e2e_s
+        if (outs or timed_optional) and not deadline.allows(longest):
             cut = True
             break
         outs.append(timed_run())
+    mode = 'deterministic' if deterministic_timing else 'default'
+    if not outs:
+        outs, mode = [det], 'deterministic pass'
     totals = [o.e2e_s for o in outs]
     phases = sorted({k for o in outs for k in o.timings})
     row: dict[str, object] = {
         'e2e_s': statistics.median(totals),
         'runs_s': totals,
         'deterministic_pass_s': det.e2e_s,
-        'timing_mode': 'deterministic' if deterministic_timing else 'default',
+        'timing_mode': mode,
         'phases_s': {k: statistics.median(o.timings.get(k, 0.0) for o in outs) for k in phases},
-        'timed_runs': len(outs),
+        'timed_runs': 0 if mode == 'deterministic pass' else len(outs),
         'warmup_runs': 1 + warmup,
         'runs_cut_by_budget': cut,
         'max_abs_diff': None if reference is None else max_abs_diff(det.arrays, reference.arrays),

@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from . import hf_peers
+from .home import rss_peak_bytes
 from .measure import Deadline, RunOutput, measure
 from .rows import OURS, SLOW, RowSpec
 
@@ -117,11 +118,13 @@ class RowBench:
         for attempt, headroom in enumerate(headrooms):
             try:
                 row.update(self.prepare(spec, headroom))
+                row['setup_peak_rss_bytes'] = rss_peak_bytes()   # measure resets the peak
                 figures, det, last = measure(
                     lambda: self.infer(spec), warmup=1 if spec.runtime in OURS else 0,
                     runs=self.timed_runs(spec), deadline=self.deadline,
                     reference=self.reference, reference_timed=self.reference_timed,
-                    deterministic_timing=self.repeats.deterministic_timing)
+                    deterministic_timing=self.repeats.deterministic_timing,
+                    timed_optional=spec.runtime in SLOW)
                 row.update(figures)
                 row['pinned_bytes'] = row['caching_pinned_bytes'] + row.get(
                     'registered_pinned_bytes', 0)

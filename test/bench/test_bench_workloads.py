@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -51,7 +52,7 @@ def test_smoke_2super_skips_what_cannot_run_with_a_reason(tmp_path: Path) -> Non
     rows = {(r['kind'], r['budget_gib']): r for r in _rows(out)}
     assert rows[('planned', 0.8)]['bit_exact'] is True
     assert rows[('planned', 0.8)]['rss_bytes'] > 0
-    assert rows[('accelerate-device-map', 0.6)]['status'] == \
+    assert rows[('accelerate-device-map', 0.65)]['status'] == \
         'skipped: the Accelerate row needs CUDA'
     names = [t['name'] for t in json.loads((out / 'bench_workloads.json').read_text())['targets']]
     assert any(n.startswith('measured / copy bound') for n in names)
@@ -65,6 +66,116 @@ def test_smoke_2super_skips_what_cannot_run_with_a_reason(tmp_path: Path) -> Non
     preload, *planned = _rows(cut)
     assert preload['status'].startswith('skipped: time budget (needs ~')
     assert [r['status'] for r in planned] == ['skipped: no preload reference in this run'] * 2
+
+
+def attach_device_map_double(handed: list[dict[str, Any]]) -> Any:
+    """Test double of `hf_peers.attach_device_map` (Accelerate is no dependency, and its
+    device_map needs a GPU): places nothing, records what the row handed it."""
+    from bench.peers import hf_peers
+
+    def attach(model: Any, device: Any, max_memory_bytes: int, no_split: Any,
+               keep_on_device: Any = (), skip_keys: Any = None) -> hf_peers.Attached:
+        layers = [t for seq in model.layer_sequences().values() for layer in seq
+                  for t in [*layer.parameters(), *layer.buffers()]]
+        handed.append({'layer_storages': {t.untyped_storage().data_ptr() for t in layers},
+                       'devices': {t.device.type for t in model.parameters()},
+                       'max_memory_bytes': max_memory_bytes})
+        return hf_peers.Attached('accelerate-device-map', 0.0, {'test_double': True})
+    return attach
+
+
+@pytest.fixture
+def accelerate_double(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """The Accelerate row made runnable on the CPU through `attach_device_map_double`."""
+    from bench import workloads_accelerate
+    from bench.peers import hf_peers
+
+    handed: list[dict[str, Any]] = []
+    monkeypatch.setattr(workloads_accelerate, 'unavailable', lambda device: None)
+    monkeypatch.setattr(hf_peers, 'available', lambda package: True)
+    monkeypatch.setattr(hf_peers, 'attach_device_map', attach_device_map_double(handed))
+    return handed
+
+
+def test_accelerate_row_runs_last_on_the_engines_own_weights(
+        tmp_path: Path, accelerate_double: list[dict[str, Any]],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """After the rows, the same model is handed over: its layers one host store, no 2nd copy."""
+    out = tmp_path / 'acc'
+    assert bench_workloads.main(['--smoke', '--model', 'tiny-2super', '--out', str(out)]) == 0
+    rows = _rows(out)
+    assert [(r['kind'], r['budget_gib']) for r in rows] == [
+        ('preload', None), ('planned', 0.8), ('planned', 0.65), ('accelerate-device-map', 0.65)]
+    acc = rows[-1]
+    assert acc['status'] == 'ok', acc['status']
+    assert acc['detail'] == {'test_double': True}
+    assert acc['bit_exact'] is True and acc['max_abs_diff'] == 0.0     # tokens compared too
+    assert acc['rss_peak_bytes'] > 0 and acc['setup_peak_rss_bytes'] > 0
+    assert acc['handover_peak_rss_bytes'] > 0
+    assert acc['estimate']['inference_s'] >= 0 and 'extrapolated' not in acc
+    (handed,) = accelerate_double
+    assert len(handed['layer_storages']) == 1          # every layer: a view of the one store
+    assert handed['devices'] == {'cpu'}
+    assert handed['max_memory_bytes'] == int((0.65 - 0.05) * 2**30)
+    doc = json.loads((out / 'bench_workloads.json').read_text())
+    (versus,) = [t for t in doc['targets'] if t['name'].startswith('Accelerate device_map')]
+    assert versus['name'] == 'Accelerate device_map / ours at 0.65 GiB'
+    assert versus['measured'] is not None
+    printed = capsys.readouterr().out
+    stages = next(line for line in printed.splitlines() if line.startswith('host RSS peak'))
+    assert [part.rsplit(' ', 1)[0] for part in stages.split(': ', 1)[1].split(', ')] == [
+        'build', 's1 preload whole GPU', 's1 planned 0.8 GiB', 's1 planned 0.65 GiB',
+        's1 acc-dmap 0.65 GiB hand-over', 's1 acc-dmap 0.65 GiB set-up', 's1 acc-dmap 0.65 GiB']
+
+
+def test_accelerate_row_short_of_time_extrapolates_a_bounded_run(
+        tmp_path: Path, accelerate_double: list[dict[str, Any]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Too little time for a full inference: prefill + 2 decode passes, labelled extrapolated."""
+    from bench import workloads_accelerate
+
+    monkeypatch.setattr(workloads_accelerate, 'decode_tokens_to_run', lambda left, est, n: 2)
+    out = tmp_path / 'bounded'
+    assert bench_workloads.main(['--smoke', '--model', 'tiny-2super', '--out', str(out),
+                                 '--budgets', '0.65']) == 0
+    acc = _rows(out)[-1]
+    assert acc['status'] == 'ok' and acc['extrapolated'] is True
+    assert acc['decode_tokens_run'] == 2 and acc['bit_exact'] is None
+    assert acc['e2e_s'] == pytest.approx(acc['measured_e2e_s'] + 19 * acc['decode_pass_s'])
+    assert acc['note'].startswith('e2e extrapolated: ran vision, prefill, 2 of 21 decode')
+    table = json.loads((out / 'bench_workloads.json').read_text())['table']
+    assert f"{acc['e2e_s']:7.3f}*" in table
+
+
+def test_accelerate_time_decides_full_bounded_or_none() -> None:
+    from bench.workloads_accelerate import SETUP_S, AccelerateEstimate, decode_tokens_to_run
+
+    est = AccelerateEstimate({'vit': 0, 'lm': 1, 'expert': 0}, 0, fixed_s=20.0, pass_s=5.0)
+    assert est.seconds(21) == 125.0
+    full = 1.15 * (SETUP_S + 125.0)
+    assert decode_tokens_to_run(full + 1, est, 21) == 21
+    assert decode_tokens_to_run(1.15 * (SETUP_S + 20.0 + 5 * 5.0) + 0.1, est, 21) == 5
+    assert decode_tokens_to_run(1.15 * (SETUP_S + 24.0), est, 21) == 0
+
+
+def test_accelerate_estimate_follows_its_greedy_placement() -> None:
+    """2 Super at 32 GiB (28 GiB max_memory): 26 of 64 LM layers fit beside the vision part and
+    the embedding, the rest, the LM head and the expert stay on the host."""
+    import torch
+
+    from alpamayo_offload.model import build_meta, preset
+    from bench.peers.hf_peers import module_bytes
+    from bench.workloads_accelerate import estimate, offloaded_bytes
+
+    model = build_meta(preset('2super'), torch.bfloat16)
+    host, on_gpu = offloaded_bytes(model, 28 * 2**30)
+    lm = model.vlm.model.language_model
+    assert host['vit'] == 0
+    assert host['lm'] == 38 * module_bytes(lm.layers[0]) + module_bytes(model.vlm.lm_head) + \
+        module_bytes(lm.norm) + module_bytes(lm.rotary_emb)
+    assert host['expert'] > 0 and on_gpu + sum(host.values()) == module_bytes(model)
+    est = estimate(model, 28 * 2**30, 21, 10, {'e2e_s': 2.0, 'phases_s': {'decode': 1.05}})
+    assert est.pass_s == pytest.approx(host['lm'] / 5.5e9 + 0.05)
 
 
 def test_a_given_profile_plans_with_the_engines_working_set(tmp_path: Path) -> None:

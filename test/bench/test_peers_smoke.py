@@ -147,3 +147,25 @@ def test_repeats_refuse_counts_outside_1_to_50(field: str) -> None:
     for bad in (0, 51):
         with pytest.raises(ValueError, match=f'{field} = {bad}: must be in 1..50'):
             Repeats(**{field: bad})
+
+
+def test_a_slow_row_left_no_time_reports_its_deterministic_pass() -> None:
+    """`timed_optional`: no timed run is forced past the deadline; the pass is the figure."""
+    import numpy as np
+
+    from bench.peers.measure import RunOutput, measure
+
+    calls: list[int] = []
+
+    def infer() -> RunOutput:
+        calls.append(1)
+        return RunOutput({'xyz': np.zeros(3)}, {'decode': 0.0})
+
+    row, _, _ = measure(infer, warmup=0, runs=1, deadline=Deadline(0.0), reference=None,
+                        reference_timed=None, timed_optional=True)
+    assert len(calls) == 1 and row['timed_runs'] == 0 and row['runs_cut_by_budget']
+    assert row['timing_mode'] == 'deterministic pass'
+    assert row['e2e_s'] == row['deterministic_pass_s']
+    row, _, _ = measure(infer, warmup=0, runs=1, deadline=Deadline(0.0), reference=None,
+                        reference_timed=None)
+    assert len(calls) == 3 and row['timed_runs'] == 1 and row['timing_mode'] == 'default'

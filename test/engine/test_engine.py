@@ -101,6 +101,36 @@ def test_layers_pinned_once_give_the_result_under_every_plan(inputs, reference) 
     assert all(p.is_meta for p in layers.parameters())   # the store keeps the weights
 
 
+def test_host_model_hands_the_stores_weights_over_without_a_copy(inputs, reference) -> None:
+    """`host_model`: every weight on the host, the layers views of the store, same result."""
+    from alpamayo_offload.model import SyntheticTextIds, prepare_inputs, run_inference
+
+    engine = Engine.from_config(EngineConfig(mode='pipelined', pin_all_layers=True, **SMALL))
+    store = engine._source
+    model = engine.host_model()
+    base, span = store._arena.tensor.data_ptr(), store.nbytes
+    layers = [t for seq in model.layer_sequences().values() for layer in seq
+              for t in layer.parameters()]
+    assert layers and all(base <= t.data_ptr() < base + span for t in layers)
+    assert all(t.device.type == 'cpu' for t in [*model.parameters(), *model.buffers()])
+    x = prepare_inputs(np.asarray(inputs.images), np.asarray(inputs.ego_history_xyz),
+                       np.asarray(inputs.ego_history_rot), model.cfg, SyntheticTextIds())
+    with torch.no_grad():
+        got = run_inference(model, x, torch.device('cpu'), engine.config.decode_options())
+    assert np.array_equal(got.xyz.double().numpy(), reference.samples_xyz)
+    assert list(got.coc_token_ids[0]) == reference.coc_token_ids
+    with pytest.raises(EngineError, match='handed over to the host'):
+        engine.replan(resident={})
+
+
+def test_host_model_refuses_layers_read_from_a_checkpoint(tmp_path: Path) -> None:
+    save_checkpoint(build_random(tiny_config()), tmp_path)
+    engine = Engine.from_config(EngineConfig(model=str(tmp_path), mode='pipelined',
+                                             fixed_decode_tokens=2))
+    with pytest.raises(EngineError, match='no host copy to hand over'):
+        engine.host_model()
+
+
 @pytest.mark.parametrize('tokens', [4, 1])
 @pytest.mark.parametrize('resident', [{}, {'lm': (0,)}, {'lm': (0, 1, 2)},
                                       {'lm': (0, 2), 'vit': (1,), 'expert': (1,)}])
@@ -293,6 +323,22 @@ def test_cuda_layers_pinned_once_match_preload_bit_for_bit() -> None:
             assert got.coc_token_ids == ref.coc_token_ids
     finally:
         engine.close()
+
+
+@pytest.mark.cuda
+def test_cuda_host_model_unpins_the_store_and_keeps_every_weight() -> None:
+    """`host_model` after GPU plans: pageable host views of the store, non-layer on the CPU."""
+    engine = Engine.from_config(EngineConfig(mode='pipelined', pin_all_layers=True, **CUDA))
+    engine.replan(resident={'lm': (0,)}, mode='pipelined')
+    store = engine._source
+    expected = {k: store._get(k).clone() for k in store.keys()}
+    model = engine.host_model()
+    assert not store.pinned
+    tensors = [*model.parameters(), *model.buffers()]
+    assert all(t.device.type == 'cpu' and not t.is_pinned() for t in tensors)
+    named = {**dict(model.named_parameters(remove_duplicate=False)),
+             **dict(model.named_buffers(remove_duplicate=False))}
+    assert all(torch.equal(named[k], v) for k, v in expected.items())
 
 
 @pytest.mark.cuda

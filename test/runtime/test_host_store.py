@@ -84,3 +84,29 @@ def test_adopting_frees_each_layers_own_copy() -> None:
     store = HostStore.adopt(model.sequences())
     assert all(ref() is None for ref in originals)
     assert not any(t.requires_grad for t in store._tensors.values())
+
+
+def test_restored_layers_are_views_of_the_store_and_run_as_before() -> None:
+    """`restore_layers` hands the weights back as host views: no copy, same result."""
+    expected = run(build_model(), None, SCENARIOS['two-inferences'])
+    model = build_model()
+    store = HostStore.adopt(model.sequences())
+    store.unpin()                                   # not pinned on the CPU: a no-op
+    store.restore_layers(model.sequences())
+    store.restore_layers(model.sequences())         # again: already the store's views
+    tensors = [*model.vit.parameters(), *model.lm.parameters(), *model.expert.buffers()]
+    assert tensors and all(_inside(t, store) for t in tensors)
+    assert not any(p.requires_grad for p in model.lm.parameters())
+    assert same(run(model, None, SCENARIOS['two-inferences']), expected)
+
+
+def test_restoring_refuses_a_layer_that_holds_its_own_tensors() -> None:
+    model = build_model()
+    store = HostStore.adopt(model.sequences())
+    rt = OffloadRuntime(model.sequences(), ResidencyPlan({'lm': (0,)}), mode=Mode.PIPELINED,
+                        device='cpu')
+    rt.attach(store)
+    with pytest.raises(LayerError, match='holds a tensor of its own'):
+        store.restore_layers(model.sequences())
+    rt.detach()
+    assert _on_meta(model.vit) and _on_meta(model.lm)      # nothing changed by the refusal

@@ -72,6 +72,20 @@ def test_host_store_streams_in_place_and_matches_preload(
         assert all(p.device.type == 'meta' for p in model.lm.parameters())
 
 
+def test_store_unpinned_and_restored_holds_the_same_pageable_weights() -> None:
+    """`unpin` + `restore_layers`: the layers are host views again, page-locked no more."""
+    expected = run(build_model(), None, SCENARIOS['two-inferences'])
+    model = build_model()
+    store = HostStore.adopt(model.sequences(), pin=True)
+    assert store.pinned and store._arena.tensor.is_pinned()
+    store.unpin()
+    assert not store.pinned and not store._arena.tensor.is_pinned()
+    store.restore_layers(model.sequences())
+    weights = list(model.lm.parameters())
+    assert all(p.device.type == 'cpu' and not p.is_pinned() for p in weights)
+    assert same(run(model, None, SCENARIOS['two-inferences']), expected)
+
+
 def test_regions_are_pinned_and_exact() -> None:
     cfg = ToyConfig(hidden=512, intermediate=1536, n_heads=8, n_kv_heads=2, head_dim=64)
     layers = build_stack(cfg, 6)
