@@ -39,7 +39,7 @@ _PREFILL_HIDDEN_COPIES = 4
 
 def _image_tokens(cfg: AlpamayoConfig, n_images: int, height: int = 1080,
                   width: int = 1920) -> int:
-    """Merged image tokens of `n_images` camera frames of the given size (release layout)."""
+    """Return the merged image tokens of `n_images` frames of the given size (release layout)."""
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
 
     factor = cfg.vision.patch_size * cfg.vision.spatial_merge_size

@@ -14,7 +14,6 @@ from alpamayo_offload.engine import (
     Engine,
     EngineConfig,
     EngineInputError,
-    estimate_prompt_tokens,
     estimate_working_set,
     example_input,
 )
