@@ -9,8 +9,10 @@ from ..model.layer_graphs import MAX_GRAPHED_TOKENS
 from ..model.row_chunks import ROW_CHUNK_BYTES, chunk_transient_bytes, masked_attention_key_bytes
 from .config import EngineConfig
 
-# Working-set margin on top of the estimate below: allocator slack, cuBLAS workspaces.
-_WORKING_SET_SLACK = 512 * 2**20
+# Allocator margin of every phase: the compute stream's cuBLAS workspace, which the first
+# inference allocates (32 MiB on an H200), and the rounding of the allocator's blocks
+# (expandable segments keep fragmentation small).
+_WORKING_SET_SLACK = 96 * 2**20
 # The graphs' capture stream's cuBLAS workspace (32 MiB on an H200) and the rounding of the
 # graph pool's segments: with every layer of the full model resident the capture stream and
 # the pool reserve about 116 MiB, which this term plus the per-layer estimate covers.
@@ -25,6 +27,25 @@ _NAV_TEXT_TOKENS = 64
 # temporaries (scale, sort values and indices, softmax, cumsum, scatter).
 _GREEDY_LOGIT_BYTES = 12
 _SAMPLED_LOGIT_BYTES = 40
+# The vision pass's activations per patch and vision width channel, its merged and DeepStack
+# outputs included: the float32 rotary of q and k (their copies and products), qkv, input and
+# norm count ~34 bytes; an H200 measured ~56 KB per patch on Alpamayo 1.5's ViT (width 1152).
+_VIT_BYTES_PER_PATCH_CHANNEL = 52
+# Prefill activations per prompt token, in hidden widths beside the MLP's three intermediates:
+# the prompt's embeddings (held by the language model for the whole pass), the layer's input,
+# the residual after attention and its norm.
+_PREFILL_HIDDEN_COPIES = 4
+
+
+def _image_tokens(cfg: AlpamayoConfig, n_images: int, height: int = 1080,
+                  width: int = 1920) -> int:
+    """Return the merged image tokens of `n_images` frames of the given size (release layout)."""
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
+
+    factor = cfg.vision.patch_size * cfg.vision.spatial_merge_size
+    h, w = smart_resize(height, width, factor=factor, min_pixels=cfg.tokens.min_pixels,
+                        max_pixels=cfg.tokens.max_pixels)
+    return n_images * (h // factor) * (w // factor)
 
 
 def estimate_prompt_tokens(cfg: AlpamayoConfig, n_images: int = 16, height: int = 1080,
@@ -34,18 +55,13 @@ def estimate_prompt_tokens(cfg: AlpamayoConfig, n_images: int = 16, height: int 
     Alpamayo 1.5 and 2 Super add each camera's name, each frame's number and room for a route
     text.
     """
-    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
-
-    factor = cfg.vision.patch_size * cfg.vision.spatial_merge_size
-    h, w = smart_resize(height, width, factor=factor, min_pixels=cfg.tokens.min_pixels,
-                        max_pixels=cfg.tokens.max_pixels)
-    per_image = (h // factor) * (w // factor)
     text = 0
     if cfg.camera_text:
         cameras = -(-n_images // frames_per_camera)
         text = (cameras * _CAMERA_NAME_TOKENS + n_images * _FRAME_TEXT_TOKENS
                 + _NAV_TEXT_TOKENS)
-    return n_images * (per_image + 2) + cfg.tokens.tokens_per_history_traj + 2 + 60 + text
+    return (_image_tokens(cfg, n_images, height, width) + 2 * n_images
+            + cfg.tokens.tokens_per_history_traj + 2 + 60 + text)
 
 
 def estimated_cameras(cfg: AlpamayoConfig, config: EngineConfig) -> int:
@@ -56,25 +72,42 @@ def estimated_cameras(cfg: AlpamayoConfig, config: EngineConfig) -> int:
 
 
 def estimate_working_set(cfg: AlpamayoConfig, dtype_bytes: int, config: EngineConfig) -> int:
-    """Device bytes for the KV cache and activations of one inference, plus allocator slack.
+    """Device bytes one inference needs at its peak: the largest of `estimate_phase_peaks`."""
+    return max(estimate_phase_peaks(cfg, dtype_bytes, config).values())
 
-    KV cache (model/shared_prefix_cache.py): one copy of the prompt's K/V per prompt (two with
-    navigation guidance: the guided and the unguided one) and, per row (S, or 2S with guidance),
-    its new tokens, the expert's 64 action tokens and, stacked for guidance, the zero padding up
-    to the longer prompt. Held at its largest, beside the largest transient of any phase:
-    - prefill: its activations (MLP intermediate x 3, hidden x 6) and the vision outputs kept;
-    - decode: one layer's full K/V built for the attention (and its copy as it is built), the
-      logits and, when sampling, the sampling's (S, vocabulary) temporaries;
-    - the expert (2S rows with guidance) and the unguided refeed (S rows): their masked
-      attention runs in chunks of rows (model/row_chunks.py), so one chunk's K/V, SDPA's copies
-      of it at the query heads (a masked call repeats K/V and lays them out again) and the
-      mask's float copies, expanded over the heads (at most `ROW_CHUNK_BYTES`, or one row when
-      a row alone is more); plus every row's activations and attention output (the chunks'
-      and their concatenation).
-    CUDA graphs of resident layers add what `estimate_graph_bytes` counts.
+
+def estimate_phase_peaks(cfg: AlpamayoConfig, dtype_bytes: int,
+                         config: EngineConfig) -> dict[str, int]:
+    """Device bytes held at the peak of each phase of one inference, by phase name.
+
+    Every phase holds the pixel values (the inputs' device copy, kept for the whole inference),
+    the resident layers' CUDA graphs (`estimate_graph_bytes`) and the allocator margin, beside:
+    - vision: the ViT's activations;
+    - prefill: the prompt's K/V, the prefill's activations (MLP intermediate x 3, hidden x 4)
+      and the vision outputs (merged and DeepStack features), which the last prefill reading
+      them frees as it goes (model/inference.py `VisionOutputs`): the plain rollout's prefill,
+      guidance's unguided one;
+    - decode: the prompt's K/V and, per row, the new tokens', one layer's full K/V built for
+      the attention (and its copy as it is built), the logits and, when sampling, the
+      sampling's (S, vocabulary) temporaries; with guidance the vision outputs, still to be
+      read by the unguided prefill;
+    - unguided (navigation guidance): the guided cache beside the unguided prompt's prefill;
+      then the unguided cache's refeed of the new tokens of S rows, whose masked attention runs
+      in chunks of rows (model/row_chunks.py): one chunk's K/V, SDPA's copies of it at the
+      query heads (a masked call repeats K/V and lays them out again) and the mask's float
+      copies expanded over the heads (at most `ROW_CHUNK_BYTES`, or one row when a row alone
+      is more), plus every row's activations and attention output;
+    - diffusion: the KV cache, one copy of the prompt's K/V per prompt (two with guidance: the
+      guided and the unguided one) and, per row (S, or 2S with guidance), its new tokens, the
+      expert's 64 action tokens and, stacked for guidance, the zero padding up to the longer
+      prompt; the expert's masked attention in chunks of rows, as the refeed's, and every
+      row's activations.
     """
-    t, e = cfg.text, cfg.expert
-    prompt = estimate_prompt_tokens(cfg, 4 * estimated_cameras(cfg, config))
+    t, e, v = cfg.text, cfg.expert, cfg.vision
+    n_images = 4 * estimated_cameras(cfg, config)
+    prompt = estimate_prompt_tokens(cfg, n_images)
+    image_tokens = _image_tokens(cfg, n_images)
+    patches = image_tokens * v.spatial_merge_size ** 2
     new = config.max_decode_tokens + 1
     n = cfg.action.n_waypoints
     guided = config.guidance_weight is not None
@@ -84,26 +117,39 @@ def estimate_working_set(cfg: AlpamayoConfig, dtype_bytes: int, config: EngineCo
     suffix = new + n + (_NAV_TEXT_TOKENS if guided else 0)
     length = prompt + suffix
     kv_token = 2 * t.num_kv_heads * t.head_dim * dtype_bytes         # one token of one layer
-    stored = t.num_layers * kv_token * (prompts * prompt + rows * suffix)
-    prefill = prompt * (3 * t.intermediate_size + (7 + len(cfg.vision.deepstack_visual_indexes))
-                        * t.hidden_size) * dtype_bytes
+    kv_tokens = t.num_layers * kv_token                               # one token, every layer
+
+    pixels = patches * 3 * v.temporal_patch_size * v.patch_size ** 2 * dtype_bytes
+    graphs = estimate_graph_bytes(cfg, dtype_bytes, samples, guided, prompt, new) \
+        if config.layer_graphs and config.device.startswith('cuda') else 0
+    held = pixels + graphs + _WORKING_SET_SLACK
+    features = (1 + len(v.deepstack_visual_indexes)) * image_tokens * t.hidden_size * dtype_bytes
+    prefill = prompt * (3 * t.intermediate_size
+                        + _PREFILL_HIDDEN_COPIES * t.hidden_size) * dtype_bytes
     logit_bytes = _SAMPLED_LOGIT_BYTES if config.sample else _GREEDY_LOGIT_BYTES
     decode = samples * (length * 2 * kv_token + t.vocab_size * logit_bytes)
-    expert_key = masked_attention_key_bytes(t.num_kv_heads, e.num_heads, e.head_dim, n,
-                                            dtype_bytes)
-    expert = (chunk_transient_bytes(rows, length * expert_key, ROW_CHUNK_BYTES)
-              + rows * n * (3 * e.intermediate_size + 6 * e.hidden_size
-                            + 2 * e.num_heads * e.head_dim) * dtype_bytes)
-    refeed = 0
+    guided_cache = kv_tokens * (prompt + samples * new)
+
+    peaks = {
+        'vision': patches * _VIT_BYTES_PER_PATCH_CHANNEL * v.hidden_size,
+        'prefill': kv_tokens * prompt + prefill + (features if guided else 0),
+        'decode': guided_cache + decode + (features if guided else 0),
+    }
     if guided:
         refeed_key = masked_attention_key_bytes(t.num_kv_heads, t.num_heads, t.head_dim, new,
                                                 dtype_bytes)
         refeed = (chunk_transient_bytes(samples, length * refeed_key, ROW_CHUNK_BYTES)
                   + samples * new * (3 * t.intermediate_size + 6 * t.hidden_size
                                      + 2 * t.num_heads * t.head_dim) * dtype_bytes)
-    graphs = estimate_graph_bytes(cfg, dtype_bytes, samples, guided, prompt, new) \
-        if config.layer_graphs and config.device.startswith('cuda') else 0
-    return stored + max(prefill, decode, expert, refeed) + graphs + _WORKING_SET_SLACK
+        peaks['unguided'] = guided_cache + max(kv_tokens * prompt + prefill,
+                                               guided_cache + refeed)
+    expert_key = masked_attention_key_bytes(t.num_kv_heads, e.num_heads, e.head_dim, n,
+                                            dtype_bytes)
+    expert = (chunk_transient_bytes(rows, length * expert_key, ROW_CHUNK_BYTES)
+              + rows * n * (3 * e.intermediate_size + 6 * e.hidden_size
+                            + 2 * e.num_heads * e.head_dim) * dtype_bytes)
+    peaks['diffusion'] = kv_tokens * (prompts * prompt + rows * suffix) + expert
+    return {phase: peak + held for phase, peak in peaks.items()}
 
 
 def estimate_graph_bytes(cfg: AlpamayoConfig, dtype_bytes: int, num_samples: int,

@@ -119,6 +119,44 @@ class InferenceResult:
     extras: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
+class VisionOutputs:
+    """The vision pass's outputs, held for the prefills that read them.
+
+    The last prefill takes them (`take`), so that no reference outlives their last read:
+    passing the tensors themselves down the calls would keep them alive in every caller's frame
+    until the prefill returned.
+    """
+
+    def __init__(self, image_embeds: torch.Tensor, deepstack: list[torch.Tensor]) -> None:
+        self._outputs: tuple[torch.Tensor, list[torch.Tensor]] | None = (image_embeds, deepstack)
+
+    def peek(self) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """Return the merged image embeddings and DeepStack features, kept here."""
+        if self._outputs is None:
+            raise RuntimeError("the vision outputs were already taken by the last prefill")
+        return self._outputs
+
+    def take(self) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """Return them and keep no reference here."""
+        outputs = self.peek()
+        self._outputs = None
+        return outputs
+
+
+class _ReadOnce(list):
+    """The DeepStack features as the language model reads them: each dropped once read.
+
+    The model reads feature `i` once, after decoder layer `i` (`deepstack_visual_embeds[i]`);
+    the list keeps its length.
+    """
+
+    def __getitem__(self, index: Any) -> Any:
+        item = super().__getitem__(index)
+        if isinstance(index, int):
+            super().__setitem__(index, None)
+        return item
+
+
 class Rollout:
     """The passes of one inference on one device/dtype, usable one by one (tests, engine)."""
 
@@ -166,7 +204,20 @@ class Rollout:
                 image_embeds: torch.Tensor, deepstack: list[torch.Tensor],
                 ) -> tuple[torch.Tensor, torch.Tensor, SharedPrefixCache, torch.Tensor]:
         """-> last-position logits (B, V), hidden states (B, L, D), cache, rope_deltas (B, 1)."""
+        return self.prefill_from(input_ids, grid_thw, VisionOutputs(image_embeds, deepstack),
+                                 release=False)
+
+    def prefill_from(self, input_ids: torch.Tensor, grid_thw: torch.Tensor,
+                     vision: VisionOutputs, release: bool,
+                     ) -> tuple[torch.Tensor, torch.Tensor, SharedPrefixCache, torch.Tensor]:
+        """`prefill` reading the vision outputs from `vision`; `release` takes them from it.
+
+        Released, each is freed once read (the image embeddings once scattered into the
+        prompt, a DeepStack feature once its layer has added it), unless the caller keeps
+        another reference: the prefill's peak, at its last layers, holds none of them.
+        """
         vlm = self.model.vlm
+        image_embeds, deepstack = vision.take() if release else vision.peek()
         ids = input_ids.to(self.device)
         embeds = self.embed(ids)
         image_mask = ids == IMAGE_PAD_ID                                   # (B, L)
@@ -174,13 +225,15 @@ class Rollout:
             raise ModelInputError(f"prompt has {int(image_mask.sum())} image tokens but the "
                                   f"images give {image_embeds.shape[0]}")
         embeds = embeds.masked_scatter(image_mask[..., None], image_embeds.to(embeds.dtype))
+        del image_embeds
+        features = _ReadOnce(d.to(embeds.dtype) for d in deepstack)
+        del deepstack
         position_ids, rope_deltas = vlm.model.get_rope_index(
             ids, mm_token_type_ids=image_mask.int(), image_grid_thw=grid_thw.to(self.device))
         cache = SharedPrefixCache()
         out = vlm.model.language_model(
             inputs_embeds=embeds, position_ids=position_ids, past_key_values=cache,
-            use_cache=True, visual_pos_masks=image_mask,
-            deepstack_visual_embeds=[d.to(embeds.dtype) for d in deepstack])
+            use_cache=True, visual_pos_masks=image_mask, deepstack_visual_embeds=features)
         hidden = out.last_hidden_state
         return vlm.lm_head(hidden[:, -1]).float(), hidden, cache, rope_deltas
 
@@ -228,6 +281,16 @@ class Rollout:
                          image_embeds: torch.Tensor, deepstack: list[torch.Tensor],
                          new_ids: torch.Tensor, observer: PhaseObserver,
                          ) -> tuple[SharedPrefixCache, torch.Tensor, torch.Tensor, dict[str, Any]]:
+        """Navigation guidance's unguided branch (`unguided_context_from`, nothing released)."""
+        return self.unguided_context_from(unguided_ids, grid_thw,
+                                          VisionOutputs(image_embeds, deepstack), new_ids,
+                                          observer, release=False)
+
+    def unguided_context_from(self, unguided_ids: torch.Tensor, grid_thw: torch.Tensor,
+                              vision: VisionOutputs, new_ids: torch.Tensor,
+                              observer: PhaseObserver, release: bool,
+                              ) -> tuple[SharedPrefixCache, torch.Tensor, torch.Tensor,
+                                         dict[str, Any]]:
         """Navigation guidance's unguided branch: -> cache, expert positions, mask, extras.
 
         The prompt without its route span is prefilled with the guided pass's image features
@@ -235,10 +298,11 @@ class Rollout:
         prompt's K/V stays one copy, `SharedPrefixCache`), then
         the guided rows' generated tokens (`new_ids`, pad after the stop) are re-fed in one
         teacher-forced pass, pads hidden, at positions `L_u + rope_deltas + k` (official
-        `..._cfg_nav`). The cache then holds L_u + g tokens.
+        `..._cfg_nav`). The cache then holds L_u + g tokens. `release`: the prefill takes the
+        vision outputs from `vision` and frees them as it reads them (`prefill_from`).
         """
         observer.phase_start("unguided", 0, False)
-        _, _, cache, rope_deltas = self.prefill(unguided_ids, grid_thw, image_embeds, deepstack)
+        _, _, cache, rope_deltas = self.prefill_from(unguided_ids, grid_thw, vision, release)
         observer.phase_end("unguided", 0)
         s, g = new_ids.shape
         length = unguided_ids.shape[1]
@@ -412,12 +476,13 @@ def run_inference(model: AlpamayoR1, inputs: ModelInputs, device: torch.device |
     hist_xyz, hist_rot = inputs.ego_history_xyz.to(dev), inputs.ego_history_rot.to(dev)
     with ro.autocast():
         obs.phase_start("vision", 0, True)
-        image_embeds, deepstack = ro.vision(inputs.pixel_values, inputs.image_grid_thw)
+        vision = VisionOutputs(*ro.vision(inputs.pixel_values, inputs.image_grid_thw))
         obs.phase_end("vision", 0)
 
         s = opts.num_samples
+        # the last prefill reading the vision outputs frees them: the unguided one with guidance
         first, cache, rope_deltas, pick = _prefill_rows(ro, opts, gen, input_ids, grid,
-                                                        image_embeds, deepstack, obs, extras,
+                                                        vision, not guided, obs, extras,
                                                         keep_extras,
                                                         _trajectory_excluded(model))
         new_raw, step = _decode_rows(ro, opts, first, cache, rope_deltas, pick, obs,
@@ -432,12 +497,11 @@ def run_inference(model: AlpamayoR1, inputs: ModelInputs, device: torch.device |
                           prefill_seq_len=torch.tensor(cache_len), expert_position_ids=pos,
                           expert_attention_mask=mask)
         if unguided_ids is not None:
-            cache_u, pos_u, mask_u, more = ro.unguided_context(
-                unguided_ids, grid, image_embeds, deepstack, new_ids, obs)
+            cache_u, pos_u, mask_u, more = ro.unguided_context_from(
+                unguided_ids, grid, vision, new_ids, obs, release=True)
             if keep_extras:
                 extras.update(more)
             cache, pos, mask = stack_expert_contexts((cache, pos, mask), (cache_u, pos_u, mask_u))
-        del image_embeds, deepstack
 
         n = model.cfg.action.n_waypoints
         if diffusion_noise is None:
@@ -518,20 +582,24 @@ def _pad_mask(mask: torch.Tensor, cache_len: int, width: int) -> torch.Tensor:
 
 
 def _prefill_rows(ro: Rollout, opts: DecodeOptions, gen: torch.Generator,
-                  input_ids: torch.Tensor, grid: torch.Tensor, image_embeds: torch.Tensor,
-                  deepstack: list[torch.Tensor], obs: PhaseObserver,
+                  input_ids: torch.Tensor, grid: torch.Tensor, vision: VisionOutputs,
+                  release: bool, obs: PhaseObserver,
                   extras: dict[str, torch.Tensor], keep_extras: bool, excluded: tuple[range, ...],
                   ) -> tuple[torch.Tensor, SharedPrefixCache, torch.Tensor,
                              Callable[[torch.Tensor], torch.Tensor]]:
     """Prefill one prompt, one cache row per sample, pick the first token of every row.
 
     The rows share the prompt's K/V (`SharedPrefixCache`: one copy, however many samples).
+    `release`: this is the last prefill reading `vision`, which it frees (`prefill_from`).
     """
     obs.phase_start("prefill", 0, True)
-    logits, hidden, cache, rope_deltas = ro.prefill(input_ids, grid, image_embeds, deepstack)
     if keep_extras:
-        extras.update(image_embeds=image_embeds, prefill_last_hidden_state=hidden,
-                      rope_deltas=rope_deltas, prefill_logits=logits)
+        extras.update(image_embeds=vision.peek()[0])
+    logits, hidden, cache, rope_deltas = ro.prefill_from(input_ids, grid, vision, release)
+    if keep_extras:
+        extras.update(prefill_last_hidden_state=hidden, rope_deltas=rope_deltas,
+                      prefill_logits=logits)
+    del hidden
     s = opts.num_samples
     if s > 1:  # one prompt, S rows: same K/V, own tokens and noise
         cache.batch_repeat_interleave(s)
@@ -603,10 +671,10 @@ def generate_text(model: AlpamayoR1, inputs: ModelInputs, device: torch.device |
     input_ids, grid = inputs.input_ids.to(ro.device), inputs.image_grid_thw.to(ro.device)
     with ro.autocast():
         obs.phase_start("vision", 0, True)
-        image_embeds, deepstack = ro.vision(inputs.pixel_values, inputs.image_grid_thw)
+        vision = VisionOutputs(*ro.vision(inputs.pixel_values, inputs.image_grid_thw))
         obs.phase_end("vision", 0)
         first, cache, rope_deltas, pick = _prefill_rows(ro, opts, gen, input_ids, grid,
-                                                        image_embeds, deepstack, obs, extras,
+                                                        vision, True, obs, extras,
                                                         keep_extras, excluded)
         new_ids, step = _decode_rows(ro, opts, first, cache, rope_deltas, pick, obs,
                                      stop_at_traj=super2)

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from alpamayo_offload.engine import core
+from alpamayo_offload.engine.estimates import estimate_phase_peaks
 from alpamayo_offload.engine.phases import _PhaseBridge
 from alpamayo_offload.model import RolledRotaryAttention
 from alpamayo_offload.profiling.gpu_profile import PROFILE_ROUTE
@@ -96,7 +97,10 @@ def run(args: argparse.Namespace) -> int:
                     engine.infer(model_input)
                     overall = max(overall, max(_PeakBridge.peaks.values()))
             row = {'workload': name, 'cache': cache, 'peak_bytes': overall,
-                   'estimate_bytes': engine.working_set_bytes(), 'phases': _PeakBridge.peaks}
+                   'estimate_bytes': engine.working_set_bytes(), 'phases': _PeakBridge.peaks,
+                   'phase_estimates': estimate_phase_peaks(
+                       engine.model.cfg, engine.model.vlm.model.language_model.norm.weight
+                       .element_size(), engine.config)}
             rows.append(row)
             print(f"{name:6} {cache:8} peak {overall / GIB:6.2f} GiB  estimate "
                   f"{row['estimate_bytes'] / GIB:6.2f} GiB  "
