@@ -26,7 +26,7 @@ BF16 = 2
 # action_in_proj 9,585,664 + action_out_proj 6,148 bytes.
 OTHER_NON_LAYER_BYTES = 377_205_508
 # engine.estimate_working_set(full_2super_config(), 2, EngineConfig(model='2super')).
-WORKING_SET_BYTES = 2_970_114_048
+WORKING_SET_BYTES = 2_443_823_104
 PINNED_H2D_GBPS = 55.5          # H200, PCIe Gen5 (docs/results run12 profile)
 _EXE_MS = {'vit': 0.5, 'prefill': 10.0, 'decode': 0.5, 'expert': 0.3}   # invented
 

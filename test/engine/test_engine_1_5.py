@@ -202,13 +202,18 @@ MEASURED_PEAKS = {
     (16, None): {'vision': 0.62, 'prefill': 0.86, 'decode': 0.80},
     (16, 1.5): {'vision': 0.62, 'prefill': 0.87, 'decode': 0.80},
 }
+# What the caching allocator reserved above its allocated peak in the same run's 1-row 1.5
+# rows (bench_workloads, docs/results/2026-12-02b-h200/workloads_1.5/rows.jsonl: 79-181 MiB):
+# a VRAM cap limits reserved memory, so the estimate carries it on top of the allocated peak.
+RESERVED_ABOVE_ALLOCATED = 181 * 2**20
 
 
 @pytest.mark.parametrize(('samples', 'weight'), list(MEASURED_PEAKS))
 def test_working_set_lies_between_the_measured_peaks_and_ten_percent_above(samples,
                                                                           weight) -> None:
     """Every phase's estimate is at or above its measured peak; where every phase was measured
-    (one sample), the working set (the largest) is at most 10 % above the largest peak."""
+    (one sample), the working set (the largest) is at most 10 % above the largest peak plus
+    what the allocator reserved above it."""
     cfg = full_1_5_config()
     config = EngineConfig(model='1.5', device='cuda', max_decode_tokens=21,
                           num_samples=samples, guidance_weight=weight)
@@ -219,7 +224,8 @@ def test_working_set_lies_between_the_measured_peaks_and_ten_percent_above(sampl
     working_set = estimate_working_set(cfg, 2, config)
     assert working_set == max(phases.values())
     if samples == 1:
-        assert working_set <= 1.1 * max(measured.values()) * 2**30, working_set / 2**30
+        bound = 1.1 * max(measured.values()) * 2**30 + RESERVED_ABOVE_ALLOCATED
+        assert working_set <= bound, working_set / 2**30
 
 
 def test_working_set_counts_the_prompt_once_and_one_chunk_of_rows() -> None:
