@@ -137,7 +137,24 @@ def _resize(px: np.ndarray, src_hw: tuple[int, int], size: FrameSize) -> np.ndar
         return cv2.resize(px, (target[1], target[0]),
                           interpolation=cv2.INTER_AREA if shrink else cv2.INTER_LINEAR)
     assert size is not None   # the native size is never resized
-    return np.asarray(size.resize(Image.fromarray(px), target))
+    return _rgb_array(size.resize(Image.fromarray(px), target))
+
+
+def _rgb_array(image: Image.Image) -> np.ndarray:
+    """(H, W, 3) uint8 of an RGB Pillow image, copied with the GIL released.
+
+    `np.asarray(image)` goes through `Image.tobytes`, whose encoder runs with the GIL held (~0.1
+    ms for a 576x320 frame, which an inference thread in the same process waits for). Instead
+    Pillow pastes the image (in C, GIL released) into an RGBX image mapped onto a NumPy buffer
+    (Pillow keeps RGB as 4 bytes per pixel, so the paste is a copy of its rows) and OpenCV drops
+    the padding byte (GIL released): the same bytes as `np.asarray`. The mapped image is
+    read-only to Pillow's Python API; its core `paste` writes the buffer it maps.
+    """
+    w, h = image.size
+    padded = np.empty((h, w, 4), np.uint8)
+    Image.frombuffer('RGBX', (w, h), padded, 'raw', 'RGBX', 0, 1).im.paste(image.im,
+                                                                            (0, 0, w, h))
+    return cv2.cvtColor(padded, cv2.COLOR_RGBA2RGB)
 
 
 def _check_pixels(image: EncodedImage, h: int, w: int, max_pixels: int) -> None:
