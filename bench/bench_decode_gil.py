@@ -10,9 +10,9 @@ decoded meanwhile. Paths:
 - `thread, np.asarray`: the decode as it was, the resized frame copied out of Pillow by
   `np.asarray` (its encoder holds the GIL);
 - `thread`: the node's decode-ahead today (`decode_image` in a thread of the process);
-- `process`: the thread hands the JPEG bytes to a worker process over a pipe and reads the
-  pixels back over it (raw bytes, nothing pickled), the lean form of decoding in other
-  processes; the worker's own CPU is not in this process.
+- `process`: `images.decode_ahead_processes` — the thread checks the frame (header, end
+  marker) and hands the bytes to a worker process (`assembly/decode_workers.py`) over a pipe,
+  reading the pixels back over it; the worker's own CPU is not in this process.
 
     python -m bench.bench_decode_gil [--rounds 8] [--seconds 2] [--json OUT.json]
     python -m bench.bench_decode_gil --smoke
@@ -26,14 +26,12 @@ import os
 import platform
 import shlex
 import statistics
-import struct
-import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 
@@ -41,8 +39,6 @@ from bench.bench_decode import camera_jpeg
 from bench.bench_gil import op_loop
 
 FRAMES = 4            # distinct JPEGs, cycled
-_LEN = struct.Struct('<I')
-_HWC = struct.Struct('<III')
 
 
 def _sizing() -> Any:
@@ -59,67 +55,14 @@ def _frames() -> list[Any]:
     return [EncodedImage(k, 'cam', camera_jpeg(k), True, 'jpeg') for k in range(FRAMES)]
 
 
-def _read(stream: IO[bytes], n: int) -> bytes:
-    data = stream.read(n)
-    if len(data) != n:
-        raise EOFError(f'pipe closed after {len(data)} of {n} bytes')
-    return data
-
-
-def worker() -> None:
-    """The `process` path's worker: JPEG bytes in on stdin, (H, W, C) + pixels out on stdout."""
-    from alpamayo_offload.assembly import EncodedImage, decode_image
-
-    sizing, src, dst = _sizing(), sys.stdin.buffer, sys.stdout.buffer
-    while True:
-        head = src.read(_LEN.size)
-        if not head:
-            return
-        data = _read(src, _LEN.unpack(head)[0])
-        px = decode_image(EncodedImage(0, 'cam', data, True, 'jpeg'), sizing).pixels
-        dst.write(_HWC.pack(*px.shape))
-        dst.write(memoryview(px).cast('B'))
-        dst.flush()
-
-
-class _ProcessDecoder:
-    """One worker process behind a pipe (the `process` path)."""
-
-    def __init__(self) -> None:
-        self._proc = subprocess.Popen([sys.executable, '-m', 'bench.bench_decode_gil',
-                                       '--worker'], stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE)
-
-    def decode(self, data: bytes) -> np.ndarray:
-        assert self._proc.stdin is not None and self._proc.stdout is not None
-        self._proc.stdin.write(_LEN.pack(len(data)))
-        self._proc.stdin.write(data)
-        self._proc.stdin.flush()
-        h, w, c = _HWC.unpack(_read(self._proc.stdout, _HWC.size))
-        out = np.empty((h, w, c), np.uint8)
-        view = memoryview(out).cast('B')
-        got = 0
-        while got < len(view):   # readinto: the copy runs in the kernel, GIL released
-            n = self._proc.stdout.readinto(view[got:])
-            if not n:
-                raise EOFError('worker closed its pipe')
-            got += n
-        return out
-
-    def close(self) -> None:
-        assert self._proc.stdin is not None
-        self._proc.stdin.close()
-        self._proc.wait(timeout=10)
-
-
 def paths() -> tuple[dict[str, Callable[[int], Any]], Callable[[], None]]:
     """The decode paths by name (each decodes frame k), and a function closing their workers."""
+    from alpamayo_offload.assembly import DecodeWorkers, decode_image
     from alpamayo_offload.assembly import decode as decode_module
-    from alpamayo_offload.assembly import decode_image
 
     sizing, frames = _sizing(), _frames()
-    proc = _ProcessDecoder()
-    proc.decode(frames[0].data)   # the worker has started and imported
+    workers = DecodeWorkers(1)
+    decode_image(frames[0], sizing, pixels=workers.run)   # the worker has started and imported
 
     def asarray(k: int) -> Any:
         fast = decode_module._rgb_array
@@ -132,7 +75,8 @@ def paths() -> tuple[dict[str, Callable[[int], Any]], Callable[[], None]]:
     return ({'none': lambda k: time.sleep(0.025),
              'thread, np.asarray': asarray,
              'thread': lambda k: decode_image(frames[k % FRAMES], sizing),
-             'process': lambda k: proc.decode(frames[k % FRAMES].data)}, proc.close)
+             'process': lambda k: decode_image(frames[k % FRAMES], sizing,
+                                               pixels=workers.run)}, workers.close)
 
 
 def measure(decode: Callable[[int], Any], ops: int, seconds: float) -> dict[str, float]:
@@ -184,11 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument('--ops', type=int, default=10000, help='tiny torch ops per op loop')
     parser.add_argument('--smoke', action='store_true', help='one short round')
     parser.add_argument('--json', type=Path, help='also write every round here')
-    parser.add_argument('--worker', action='store_true', help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.worker:
-        worker()
-        return 0
     import torch
 
     torch.set_num_threads(1)

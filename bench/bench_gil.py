@@ -87,7 +87,7 @@ CONDITIONS = (
     Condition('  odometry only, raw msgs', cameras=False),
     Condition('  cameras only, rclpy msgs', odometry=False, raw=False),
     Condition('  cameras only, raw msgs', odometry=False),
-    Condition('  cameras only, raw, decode threads', odometry=False,
+    Condition('  cameras, decode threads, raw', odometry=False,
               params=(('images.decode_ahead_processes', 'false'),)),
     Condition('  cameras, no decode-ahead, rclpy', odometry=False, decode_ahead=False, raw=False),
     Condition('  cameras, no decode-ahead, raw', odometry=False, decode_ahead=False),

@@ -18,7 +18,7 @@ def test_every_path_decodes_the_same_pixels() -> None:
         ref = decoders['thread'](1)
         assert ref.pixels.shape == (320, 576, 3)
         assert np.array_equal(decoders['thread, np.asarray'](1).pixels, ref.pixels)
-        assert np.array_equal(decoders['process'](1), ref.pixels)
+        assert np.array_equal(decoders['process'](1).pixels, ref.pixels)
     finally:
         close()
 
