@@ -24,10 +24,12 @@ a fresh interpreter (`sys.executable`: the node's environment, nothing forked).
 """
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import queue
 import select
+import signal
 import struct
 import subprocess
 import sys
@@ -47,9 +49,20 @@ DECODE_WORKER_FAILED = 'decode_worker_failed'
 _REQUEST = struct.Struct('<IBIIb')
 _REPLY = struct.Struct('<BII')
 _OK, _ERROR = 0, 1
+_PIPE_BYTES = 1 << 20
 # not `-m` this module: the package's __init__ has imported it by then (runpy warns)
 _WORKER_MAIN = 'import sys; from alpamayo_offload.assembly.decode_workers import main; ' \
     'sys.exit(main())'
+
+
+def _widen(pipe: BinaryIO | None) -> None:
+    """Let the pipe hold a whole frame (Linux: 64 KiB by default, a handoff per 64 KiB)."""
+    if pipe is None or not hasattr(fcntl, 'F_SETPIPE_SZ'):
+        return
+    try:
+        fcntl.fcntl(pipe.fileno(), fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
+    except OSError:   # above /proc/sys/fs/pipe-max-size for this user: the default size
+        pass
 
 
 def _read_exact(stream: BinaryIO, n: int) -> bytes | None:
@@ -90,6 +103,8 @@ class _Worker:
     def __init__(self) -> None:
         self.proc = subprocess.Popen([sys.executable, '-c', _WORKER_MAIN],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            _widen(pipe)
 
     def run(self, job: PixelJob, timeout_s: float) -> np.ndarray:
         self._write(_REQUEST.pack(len(job.data), job.reduction, *job.target_hw,
@@ -218,11 +233,16 @@ class DecodeWorkers:
 
 
 def main() -> int:
-    """Serve requests from stdin until it closes; stdout carries replies only."""
+    """Serve requests from stdin until it closes; stdout carries replies only.
+
+    Ctrl-C (SIGINT to the terminal's process group) is ignored: the node stops its workers by
+    closing their input, and a node that dies closes it too.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     replies = os.fdopen(os.dup(1), 'wb')
     os.dup2(2, 1)   # a library's stray print goes to stderr, not into a reply
     try:
         serve(sys.stdin.buffer, replies)
-    except (BrokenPipeError, KeyboardInterrupt):
+    except BrokenPipeError:   # the node went away mid-reply
         pass
     return 0
