@@ -17,13 +17,14 @@ Lifecycle (docs/ros.md has the commands):
   set it false and drive the transitions themselves.
 
 Threading: callbacks only stash encoded messages in bounded buffers (read from their serialized
-bytes with `inference.raw_messages`, `ros/inputs.py`; with
-`images.decode_ahead`, a small pool decodes and resizes each frame an inference may use as it
-arrives); a timer with an in-flight guard selects time-correct inputs (latest only, never a
-queue) and hands them to one worker thread, which decodes the rest, runs the engine and
-publishes. The tick also picks the route text (`app/route.py`: the latest, unless stale or
-cleared) that the inference puts in the prompt. After publishing, the worker answers at most one
-waiting question (`~/input/question`) on the same frames, so questions delay the next driving
+bytes with `inference.raw_messages`, `ros/inputs.py`; with `images.decode_ahead`, a small pool
+decodes and resizes each frame an inference may use as it arrives, in worker processes with
+`images.decode_ahead_processes`, off the node's GIL); a timer with an in-flight guard selects
+time-correct inputs (latest only, never a queue) and hands them to one worker thread, which
+decodes the rest, runs the engine and publishes. The tick also picks the route text
+(`app/route.py`: the latest, unless stale or cleared) that the inference puts in the prompt.
+After publishing, the worker answers at most one waiting question (`~/input/question`) on the
+same frames, so questions delay the next driving
 inference by at most one answer. One executor thread runs every callback (`inference.executor`:
 rclpy's C++ EventsExecutor by default, `ros/executor.py` says why): with a second one
 /diagnostics kept reporting while configure loads the model, but rclpy's multi-threaded
