@@ -1,13 +1,21 @@
 """images.decode_ahead through the real node (real rclpy, player, tiny engine on the CPU)."""
 from __future__ import annotations
 
+import os
+import signal
 from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
+import rclpy
 
+from alpamayo_offload.app import schema
+from alpamayo_offload.app.config import config_from_values
 from alpamayo_offload.app.synthetic_drive import DriveConfig, write_drive
+from alpamayo_offload.assembly import PixelJob, PixelWorkerError
+from alpamayo_offload.assembly.convert import ConversionError
+from alpamayo_offload.ros import node as node_module
 from alpamayo_offload.ros.demo import remaps_for
 from alpamayo_offload.ros.session import SessionResult, run_session
 from testkit.side_by_side import run_side_by_side
@@ -69,3 +77,44 @@ def test_frames_decoded_ahead_reach_the_model(
     else:
         assert ready == [0] * len(ready)
         assert all(v['decode_ahead_cpu_ms_per_frame'] == 'nan' for v in done.values())
+
+
+def test_decode_ahead_processes_default_is_on() -> None:
+    spec = schema.PARAMETERS['images.decode_ahead_processes']
+    assert spec.default is True and spec.restart
+    assert config_from_values({}).decode_ahead_processes is True
+    assert config_from_values({'images.decode_ahead_processes': False}
+                              ).decode_ahead_processes is False
+
+
+def test_workers_start_at_configure_report_faults_and_stop_at_cleanup() -> None:
+    rclpy.init(args=['--ros-args', '-p', 'inference.period_s:=1000.0'])
+    node = node_module.AlpamayoOffloadNode()
+    try:
+        node.trigger_configure()
+        conf = node._conf
+        assert conf is not None and conf.ahead_workers is not None
+        pids = conf.ahead_workers.pids()
+        assert len(pids) == min(conf.cfg.decode_threads, len(conf.cfg.cameras))
+        os.kill(pids[0], signal.SIGKILL)
+        failed = 0
+        for _ in pids:   # one of these jobs reaches the dead worker
+            try:
+                conf.ahead_workers.run(PixelJob(b'', 1, (4, 4), None))
+            except ConversionError:   # a live worker: an empty payload is no image
+                pass
+            except PixelWorkerError:
+                failed += 1
+        assert failed == 1
+        count, last = node_module._worker_faults(conf)
+        assert count == 1 and last
+        now = conf.ahead_workers.pids()
+        node.trigger_cleanup()
+        assert node._conf is None
+        for pid in {*pids, *now}:
+            with pytest.raises(ChildProcessError):   # exited and reaped
+                os.waitpid(pid, os.WNOHANG)
+    finally:
+        node.close()
+        node.destroy_node()
+        rclpy.try_shutdown()
