@@ -36,7 +36,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import cv2
 import numpy as np
@@ -105,42 +105,50 @@ class _Worker:
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
         for pipe in (self.proc.stdin, self.proc.stdout):
             _widen(pipe)
+        if self.proc.stdin is not None:
+            os.set_blocking(self.proc.stdin.fileno(), False)
 
     def run(self, job: PixelJob, timeout_s: float) -> np.ndarray:
+        deadline = time.monotonic() + timeout_s
         self._write(_REQUEST.pack(len(job.data), job.reduction, *job.target_hw,
-                                  -1 if job.resample is None else job.resample))
-        self._write(job.data)
-        status, h, w = _REPLY.unpack(self._read(_REPLY.size, timeout_s))
+                                  -1 if job.resample is None else job.resample) + job.data,
+                    deadline)
+        status, h, w = _REPLY.unpack(self._read(_REPLY.size, deadline))
         if status != _OK:
-            raise ConversionError(self._read(w, timeout_s).decode(errors='replace'))
+            raise ConversionError(self._read(w, deadline).decode(errors='replace'))
         out = np.empty((h, w, 3), np.uint8)
-        self._read_into(memoryview(out).cast('B'), timeout_s)
+        self._read_into(memoryview(out).cast('B'), deadline)
         return out
 
-    def _write(self, data: bytes) -> None:
+    def _write(self, data: bytes, deadline: float) -> None:
+        """Write all of `data` (its input is non-blocking: a stalled worker cannot hang us)."""
         stdin = self.proc.stdin
         assert stdin is not None
         view, done = memoryview(data), 0
         while done < len(view):
-            done += stdin.write(view[done:]) or 0
+            self._wait(([], [stdin]), deadline)
+            done += stdin.write(view[done:]) or 0   # None: the pipe filled meanwhile
 
-    def _read(self, n: int, timeout_s: float) -> bytes:
+    def _read(self, n: int, deadline: float) -> bytes:
         buf = bytearray(n)
-        self._read_into(memoryview(buf), timeout_s)
+        self._read_into(memoryview(buf), deadline)
         return bytes(buf)
 
-    def _read_into(self, view: memoryview, timeout_s: float) -> None:
+    def _read_into(self, view: memoryview, deadline: float) -> None:
         stdout = self.proc.stdout
         assert stdout is not None
-        deadline, got = time.monotonic() + timeout_s, 0
+        got = 0
         while got < len(view):
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([stdout], [], [], left)[0]:
-                raise TimeoutError(f'no reply within {timeout_s:g} s')
+            self._wait(([stdout], []), deadline)
             n = stdout.readinto(view[got:])
             if not n:
                 raise EOFError(f'the worker closed its pipe (exit status {self.proc.poll()})')
             got += n
+
+    def _wait(self, fds: tuple[list[Any], list[Any]], deadline: float) -> None:
+        left = deadline - time.monotonic()
+        if left <= 0 or not any(select.select(*fds, [], left)[:2]):
+            raise TimeoutError('no reply in time (the worker is stuck)')
 
     def stop(self, timeout_s: float = 2.0) -> None:
         """Close its input (it exits), kill it if it does not."""

@@ -102,8 +102,14 @@ def test_a_hung_worker_times_out_and_is_replaced() -> None:
         (pid,) = workers.pids()
         os.kill(pid, signal.SIGSTOP)
         start = time.monotonic()
-        with pytest.raises(PixelWorkerError, match='no reply within'):
+        with pytest.raises(PixelWorkerError, match='no reply in time'):
             workers.run(PixelJob(encoded('jpeg').data, 2, (60, 108), None))
+        assert time.monotonic() - start < 5 and workers.pids() != [pid]
+        (pid,) = workers.pids()
+        os.kill(pid, signal.SIGSTOP)
+        start = time.monotonic()
+        with pytest.raises(PixelWorkerError, match='no reply in time'):   # > the pipe holds
+            workers.run(PixelJob(b'\xff' * (4 << 20), 1, (60, 108), None))
         assert time.monotonic() - start < 5 and workers.pids() != [pid]
         assert workers.run(PixelJob(encoded('jpeg').data, 2, (60, 108), None)).shape == (60, 108,
                                                                                           3)
