@@ -20,7 +20,8 @@ counted and the last one kept for diagnostics (`decode_worker_failed`).
 Wire format (little-endian): request `<IBIIb` (payload bytes, reduction, target height, width,
 Pillow filter or -1) + payload; reply `<BII` (status 0, height, width) + height x width x 3
 bytes, or status 1 + a UTF-8 message of `width` bytes. A worker is `main()` of this module in
-a fresh interpreter (`sys.executable`: the node's environment, nothing forked).
+a fresh interpreter (`sys.executable` run anew with the node's environment: none of the node's
+threads, locks or CUDA state carry over, as they would into a fork).
 """
 from __future__ import annotations
 
