@@ -13,8 +13,9 @@ Per condition (a node configuration and the topics it subscribes), interleaved o
 - slowdown: the op loop's median wall time over the alone baseline's, in %;
 - gil_wait: the op thread's time neither running nor waiting for a core (wall minus its CPU
   and run-queue times, from /proc schedstat): waiting for the GIL, whatever else the host runs;
-- CPU-s per s of the node's threads: the executor thread, the decode-ahead pool and the rest
-  (the middleware's own threads, which never take the GIL).
+- CPU-s per s of the node's threads: the executor thread, the decode-ahead pool (with its
+  worker processes, `images.decode_ahead_processes`) and the rest (the middleware's own
+  threads, which never take the GIL).
 
     python -m bench.bench_gil [--ops 20000] [--reps 6] [--rounds 2] [--json OUT.json]
     python -m bench.bench_gil --smoke
@@ -86,6 +87,8 @@ CONDITIONS = (
     Condition('  odometry only, raw msgs', cameras=False),
     Condition('  cameras only, rclpy msgs', odometry=False, raw=False),
     Condition('  cameras only, raw msgs', odometry=False),
+    Condition('  cameras, decode threads, raw', odometry=False,
+              params=(('images.decode_ahead_processes', 'false'),)),
     Condition('  cameras, no decode-ahead, rclpy', odometry=False, decode_ahead=False, raw=False),
     Condition('  cameras, no decode-ahead, raw', odometry=False, decode_ahead=False),
 )
@@ -177,6 +180,19 @@ def thread_cpu() -> dict[int, int]:
     return out
 
 
+def process_cpu(pids: list[int]) -> int:
+    """CPU ns so far of processes `pids` (user + system; a process gone meanwhile counts 0)."""
+    tick, total = os.sysconf('SC_CLK_TCK'), 0
+    for pid in pids:
+        try:
+            with open(f'/proc/{pid}/stat') as f:
+                fields = f.read().rsplit(')', 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) * NS // tick
+    return total
+
+
 def op_loop(ops: int) -> dict[str, float]:
     """`ops` tiny torch ops in this thread: wall, CPU and run-queue seconds, and the GIL wait."""
     import torch
@@ -262,11 +278,15 @@ def measure(cond: Condition, ops: int, reps: int, settle_s: float) -> dict[str, 
         for transition in (node.trigger_configure, node.trigger_activate):
             assert transition() == TransitionCallbackReturn.SUCCESS, transition
         _wait_for_streams(node, cond)
+        # messages are counted from here: the loops alone can be shorter than a camera period
+        got0 = {n: r.total for n, r in node._streams.rates(time.monotonic()).items()}
+        counted = time.perf_counter()
         time.sleep(settle_s)     # buffers fill; decode-ahead reaches steady state
         previous = sys.getswitchinterval()
         op_loop(ops)   # warm-up
-        got0 = {n: r.total for n, r in node._streams.rates(time.monotonic()).items()}
-        cpu0, t0 = thread_cpu(), time.perf_counter()
+        workers = node._conf.ahead_workers
+        pids = workers.pids() if workers is not None else []
+        cpu0, worker0, t0 = thread_cpu(), process_cpu(pids), time.perf_counter()
         for _ in range(reps):
             if cond.switch_interval_s is not None:
                 sys.setswitchinterval(cond.switch_interval_s)
@@ -276,7 +296,7 @@ def measure(cond: Condition, ops: int, reps: int, settle_s: float) -> dict[str, 
                 sys.setswitchinterval(previous)
         cpu1, elapsed = thread_cpu(), time.perf_counter() - t0
         names = {t.native_id: t.name for t in threading.enumerate()}
-        spent: dict[str, float] = {}
+        spent = {'decode_ahead': (process_cpu(pids) - worker0) / NS} if pids else {}
         for tid, ns in cpu1.items():
             name = names.get(tid, 'middleware')
             group = ('executor' if name == 'executor' else 'decode_ahead'
@@ -284,7 +304,7 @@ def measure(cond: Condition, ops: int, reps: int, settle_s: float) -> dict[str, 
                      if tid == threading.get_native_id() else 'other')
             spent[group] = spent.get(group, 0.0) + (ns - cpu0.get(tid, 0)) / NS
         totals = {n: r.total for n, r in node._streams.rates(time.monotonic()).items()}
-        received = {n: (totals[n] - got0[n]) / elapsed for n in totals}
+        received = {n: (totals[n] - got0[n]) / (time.perf_counter() - counted) for n in totals}
     finally:
         stop.set()
         spinner.join()
@@ -293,8 +313,8 @@ def measure(cond: Condition, ops: int, reps: int, settle_s: float) -> dict[str, 
         node.destroy_node()
         rclpy.try_shutdown()
     out = _summary(cond, loops, spent, elapsed)
-    out['received_hz'] = received    # during the timed loops (a smoke run's are shorter
-    out['received_total'] = totals   # than a camera period); total: since activation
+    out['received_hz'] = received    # from the settle on
+    out['received_total'] = totals   # since activation
     return out
 
 

@@ -56,6 +56,7 @@ class NodeConfig:
     period_s: float
     decode_threads: int             # resolved: >= 1
     decode_ahead: bool
+    decode_ahead_processes: bool
     decode_ahead_min_interval_s: float
     decoder: str                    # 'cpu' or 'gpu' ('auto' resolved)
     decode_warn_s: float            # 0: never warn
@@ -124,6 +125,7 @@ def _build(v: dict[str, Any]) -> NodeConfig:
         decode_threads=v['images.decode_threads'] or min(schema.MAX_AUTO_DECODE_THREADS,
                                                         os.cpu_count() or 1),
         decode_ahead=v['images.decode_ahead'],
+        decode_ahead_processes=v['images.decode_ahead_processes'],
         decode_ahead_min_interval_s=v['images.decode_ahead_min_interval_s'],
         decoder='gpu' if v['images.decoder'] == 'gpu' else 'cpu',
         decode_warn_s=v['images.decode_warn_ms'] / 1e3,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import io
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
@@ -52,19 +53,14 @@ class Decoded(NamedTuple):
 class FrameSizing(Protocol):
     """The loaded model's own frame sizing (the engine's `image_sizing`; assembly imports no model).
 
-    A value: two sizings of the same model compare equal.
+    A value: two sizings of the same model compare equal. A frame is resized to `size_hw` of
+    its full size with Pillow's `resample` filter, the model processor's own method.
     """
+
+    resample: int   # a Pillow filter (PIL.Image.Resampling)
 
     def size_hw(self, height: int, width: int) -> tuple[int, int]:
         """(H, W) the model's processor resizes a height x width frame to."""
-
-    def resize(self, image: Image.Image,
-               size_hw: tuple[int, int] | None = None) -> Image.Image:
-        """Resize an RGB frame with the model processor's own method, to `size_hw` if given.
-
-        Without `size_hw` the frame goes to its own target (`size_hw(image.height,
-        image.width)`); a frame decoded at a reduced JPEG scale passes the full frame's target.
-        """
 
 
 class JpegDecoder(Protocol):
@@ -93,8 +89,69 @@ class DecodeOptions:
 FrameSize = tuple[int, int] | FrameSizing | None
 
 
+@dataclass(frozen=True)
+class PixelJob:
+    """The pixel work on a validated JPEG/PNG frame: decode, then resize; plain data.
+
+    What a decode worker process is handed (`decode_workers.py`), so the checks that name a bad
+    frame (`decode_image`) always run in the caller's process.
+    """
+
+    data: bytes
+    reduction: int                    # JPEG DCT scale-down (1: full size)
+    target_hw: tuple[int, int]
+    resample: int | None              # a Pillow filter (the model's sizing); None: OpenCV
+
+
+class PixelWorkerError(RuntimeError):
+    """A pixel worker (another process) could not run a job: it says nothing about the frame."""
+
+
+def run_pixel_job(job: PixelJob) -> np.ndarray:
+    """Decode and resize in this thread (any decode error: `ConversionError` or `cv2.error`)."""
+    return resize_pixels(converter().compressed_to_rgb(job.data, job.reduction), job.target_hw,
+                         job.resample)
+
+
+def resize_pixels(px: np.ndarray, target: tuple[int, int], resample: int | None) -> np.ndarray:
+    """Resize (H, W, 3) uint8 to `target`: Pillow's `resample` filter, else OpenCV.
+
+    OpenCV (a fixed `images.height/width`) area-averages when shrinking, bilinear when growing.
+    """
+    h, w = px.shape[:2]
+    if (h, w) == target:
+        return px
+    if resample is None:
+        shrink = target[0] <= h and target[1] <= w
+        return cv2.resize(px, (target[1], target[0]),
+                          interpolation=cv2.INTER_AREA if shrink else cv2.INTER_LINEAR)
+    return _rgb_array(Image.fromarray(px).resize((target[1], target[0]), resample))
+
+
+def _resample(size: FrameSize) -> int | None:
+    return None if size is None or isinstance(size, tuple) else size.resample
+
+
+def _rgb_array(image: Image.Image) -> np.ndarray:
+    """(H, W, 3) uint8 of an RGB Pillow image, copied with the GIL released.
+
+    `np.asarray(image)` goes through `Image.tobytes`, whose encoder runs with the GIL held (~0.1
+    ms for a 576x320 frame, which an inference thread in the same process waits for). Instead
+    Pillow pastes the image (in C, GIL released) into an RGBX image mapped onto a NumPy buffer
+    (Pillow keeps RGB as 4 bytes per pixel, so the paste is a copy of its rows) and OpenCV drops
+    the padding byte (GIL released): the same bytes as `np.asarray`. The mapped image is
+    read-only to Pillow's Python API; its core `paste` writes the buffer it maps.
+    """
+    w, h = image.size
+    padded = np.empty((h, w, 4), np.uint8)
+    Image.frombuffer('RGBX', (w, h), padded, 'raw', 'RGBX', 0, 1).im.paste(image.im,
+                                                                            (0, 0, w, h))
+    return cv2.cvtColor(padded, cv2.COLOR_RGBA2RGB)
+
+
 def decode_image(image: EncodedImage, size: FrameSize,
-                 options: DecodeOptions = DecodeOptions()) -> Decoded:  # noqa: B008 - frozen
+                 options: DecodeOptions = DecodeOptions(),  # noqa: B008 - frozen
+                 pixels: Callable[[PixelJob], np.ndarray] = run_pixel_job) -> Decoded:
     """Decode to (H, W, 3) RGB uint8, resized by `size`.
 
     - (H, W), a fixed size (`images.height/width`): area-averaged when shrinking (bilinear when
@@ -109,15 +166,20 @@ def decode_image(image: EncodedImage, size: FrameSize,
     decoded and the model gets exactly the pixels of the full frame.
     - None: the native size.
 
+    `pixels` runs the decode + resize of a validated JPEG/PNG on the CPU (default: in this
+    thread; `DecodeWorkers.run`: in another process); raw frames and the GPU decoder stay here.
+    A `PixelWorkerError` from it propagates (the frame was not judged).
+
     Returns the pixels, the frame's *source* size (height, width), which the assembler compares
     across the frames of one camera, and the time taken.
     """
     start = time.perf_counter()
     if image.compressed:
-        px, src = _decode_compressed(image, size, options)
+        px, src = _decode_compressed(image, size, options, pixels)
     else:
-        px, src = _decode_raw(image, options), (image.height, image.width)
-    return Decoded(_resize(px, src, size), src, time.perf_counter() - start)
+        src = (image.height, image.width)
+        px = resize_pixels(_decode_raw(image, options), _target_hw(src, size), _resample(size))
+    return Decoded(px, src, time.perf_counter() - start)
 
 
 def _target_hw(src_hw: tuple[int, int], size: FrameSize) -> tuple[int, int]:
@@ -125,19 +187,6 @@ def _target_hw(src_hw: tuple[int, int], size: FrameSize) -> tuple[int, int]:
     if isinstance(size, tuple):
         return size
     return src_hw if size is None else size.size_hw(*src_hw)
-
-
-def _resize(px: np.ndarray, src_hw: tuple[int, int], size: FrameSize) -> np.ndarray:
-    h, w = px.shape[:2]
-    target = _target_hw(src_hw, size)
-    if (h, w) == target:
-        return px
-    if isinstance(size, tuple):
-        shrink = target[0] <= h and target[1] <= w
-        return cv2.resize(px, (target[1], target[0]),
-                          interpolation=cv2.INTER_AREA if shrink else cv2.INTER_LINEAR)
-    assert size is not None   # the native size is never resized
-    return np.asarray(size.resize(Image.fromarray(px), target))
 
 
 def _check_pixels(image: EncodedImage, h: int, w: int, max_pixels: int) -> None:
@@ -213,8 +262,9 @@ def _reduction(src_hw: tuple[int, int], size: FrameSize) -> int:
     return max(fits, default=1)
 
 
-def _decode_compressed(image: EncodedImage, size: FrameSize,
-                       options: DecodeOptions) -> tuple[np.ndarray, tuple[int, int]]:
+def _decode_compressed(image: EncodedImage, size: FrameSize, options: DecodeOptions,
+                       pixels: Callable[[PixelJob], np.ndarray]
+                       ) -> tuple[np.ndarray, tuple[int, int]]:
     codec = compressed_codec(image.encoding)
     if codec is None:
         raise InputError(IMAGE_ENCODING, f'compressed format {image.encoding!r} at stamp '
@@ -223,16 +273,16 @@ def _decode_compressed(image: EncodedImage, size: FrameSize,
     src_hw = _header(image, codec, options.max_pixels)
     _check_complete(image, codec)
     gpu = options.jpeg_decoder if codec == 'jpeg' else None
+    target = _target_hw(src_hw, size)
     try:
         if gpu is not None:
-            px = gpu.decode(image.data)
-        else:
-            scale = (_reduction(src_hw, size) if codec == 'jpeg' and options.dct_scaling
-                     else 1)
-            px = converter().compressed_to_rgb(image.data, scale)
+            return resize_pixels(gpu.decode(image.data), target, _resample(size)), src_hw
+        scale = (_reduction(src_hw, size) if codec == 'jpeg' and options.dct_scaling else 1)
+        return pixels(PixelJob(image.data, scale, target, _resample(size))), src_hw
+    except PixelWorkerError:
+        raise
     except Exception as err:  # noqa: BLE001 - any codec failure on validated data is corruption
         decoder = gpu.name if gpu is not None else converter().path
         raise InputError(IMAGE_CORRUPT, f'{image.encoding!r} frame at stamp {image.stamp_ns} '
                          f'({len(image.data)} bytes) does not decode ({decoder}): '
                          f'{err}') from err
-    return px, src_hw

@@ -28,12 +28,23 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 
+import numpy as np
+
 from .assembler import AssemblyConfig
 from .buffers import StampedBuffer
-from .decode import Decoded, DecodeOptions, FrameSize, decode_image
+from .decode import (
+    Decoded,
+    DecodeOptions,
+    FrameSize,
+    PixelJob,
+    PixelWorkerError,
+    decode_image,
+    run_pixel_job,
+)
 from .messages import EncodedImage
 
 _NS = 1_000_000_000
@@ -48,7 +59,8 @@ class DecodeAheadStats:
     cancelled: int = 0      # queued decodes dropped before they started (evicted or not needed)
     hits: int = 0           # selected frames found decoded ahead
     misses: int = 0         # selected frames left to on-demand decoding
-    cpu_s: float = 0.0      # thread CPU time of the background decodes
+    worker_faults: int = 0  # background decodes a worker process failed (decoded on demand)
+    cpu_s: float = 0.0      # thread CPU time of the background decodes (a worker's not included)
 
 
 @dataclass(frozen=True)
@@ -66,18 +78,23 @@ class DecodeAheadBuffer:
     `push` also takes the assembly config (frame size, selectable age), read at each
     arrival so run-time parameter changes apply; `ready` hands out finished background decodes.
     With `pool=None` nothing is decoded ahead (the buffer behaves as a `StampedBuffer`).
+    `pixels` runs the decode + resize of JPEG/PNG frames (`decode_image`'s argument: in the
+    pool's thread by default, `DecodeWorkers.run` in worker processes); a frame whose worker
+    failed (`PixelWorkerError`) counts as not decoded ahead.
 
     Queued decodes wait here, not in the pool's queue (which keeps cancelled tasks, and their
     frames, until a thread reaches them): the pool only ever holds one small task per queued
     frame, each of which decodes the newest queued frame when it runs.
     """
 
-    def __init__(self, depth: int, pool: Executor | None, min_interval_s: float) -> None:
+    def __init__(self, depth: int, pool: Executor | None, min_interval_s: float,
+                 pixels: Callable[[PixelJob], np.ndarray] = run_pixel_job) -> None:
         if min_interval_s < 0:
             raise ValueError(f'min_interval_s = {min_interval_s} must be >= 0 seconds '
                              '(0: decode every frame ahead)')
         self._frames: StampedBuffer[EncodedImage] = StampedBuffer(depth)
         self._pool = pool
+        self._pixels = pixels
         self._min_interval_ns = round(min_interval_s * _NS)
         self._decodes: dict[int, _Entry] = {}   # by stamp; only frames the buffer holds
         self._queued: list[int] = []            # stamps whose decode has not started
@@ -118,12 +135,13 @@ class DecodeAheadBuffer:
 
         None means: decode it on demand. A decode still queued is dropped (the caller decodes
         the frame itself now); one running is left to finish. A finished future holds the
-        pixels or the `InputError`.
+        pixels or the `InputError` (a worker's failure is not the frame's: None).
         """
         with self._lock:
             entry = self._decodes.get(frame.stamp_ns)
             if entry is not None and entry.image is frame and entry.size == cfg.frame_size \
-                    and entry.options == cfg.decode_options and entry.future.done():
+                    and entry.options == cfg.decode_options and entry.future.done() \
+                    and not isinstance(entry.future.exception(), PixelWorkerError):
                 self.stats.hits += 1
                 return entry.future
             self.stats.misses += 1
@@ -168,13 +186,16 @@ class DecodeAheadBuffer:
                 return
             entry = self._decodes[self._queued.pop()]
             entry.future.set_running_or_notify_cancel()
-        start = time.thread_time()
+        start, failed = time.thread_time(), False
         try:
-            entry.future.set_result(decode_image(entry.image, entry.size, entry.options))
+            entry.future.set_result(decode_image(entry.image, entry.size, entry.options,
+                                                 self._pixels))
         except Exception as err:  # noqa: BLE001 - stored; raised when the frame is selected
+            failed = isinstance(err, PixelWorkerError)
             entry.future.set_exception(err)
         finally:
             cpu = time.thread_time() - start
             with self._lock:
                 self.stats.decoded += 1
+                self.stats.worker_faults += failed
                 self.stats.cpu_s += cpu

@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -98,6 +99,7 @@ class ImageSizing:
     factor: int
     min_pixels: int
     max_pixels: int
+    resample: ClassVar[int] = Image.Resampling.BICUBIC   # the processor's Pillow filter
 
     @classmethod
     def of(cls, cfg: AlpamayoConfig) -> ImageSizing:
@@ -121,7 +123,7 @@ class ImageSizing:
         th, tw = size_hw if size_hw is not None else self.size_hw(image.height, image.width)
         if (image.height, image.width) == (th, tw):
             return image
-        return image.resize((tw, th), Image.Resampling.BICUBIC)
+        return image.resize((tw, th), self.resample)
 
 
 def model_image_size_hw(height: int, width: int, cfg: AlpamayoConfig) -> tuple[int, int]:

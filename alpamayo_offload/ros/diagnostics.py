@@ -142,6 +142,7 @@ class Snapshot:
     navigation_max_age_s: float = 0.0
     questions_pending: int = 0
     plan_check: tuple[int, str, Mapping[str, Any]] | None = None   # `PlanMonitor.judge()`
+    decode_worker_faults: tuple[int, str] = (0, '')   # jobs decode workers failed; the last
 
 
 def input_level(reason: str) -> int:
@@ -267,7 +268,9 @@ def build(node_name: str, stamp_ns: int, st: NodeStatus, snap: Snapshot) -> Diag
         ('model', _model(st, snap)),
         ('inference', (*_inference(st), {**st.stages, **counters})),
         ('input', (st.input_level, st.input_message,
-                   {'reason': st.input_reason, 'messages_refused': st.messages_refused})),
+                   {'reason': st.input_reason, 'messages_refused': st.messages_refused,
+                    'decode_worker_faults': snap.decode_worker_faults[0],
+                    'decode_worker_last_fault': snap.decode_worker_faults[1]})),
         ('path rate', _path_rate(st, snap)),
         ('input age', age),
         ('input rates', rates),

@@ -17,13 +17,14 @@ Lifecycle (docs/ros.md has the commands):
   set it false and drive the transitions themselves.
 
 Threading: callbacks only stash encoded messages in bounded buffers (read from their serialized
-bytes with `inference.raw_messages`, `ros/inputs.py`; with
-`images.decode_ahead`, a small pool decodes and resizes each frame an inference may use as it
-arrives); a timer with an in-flight guard selects time-correct inputs (latest only, never a
-queue) and hands them to one worker thread, which decodes the rest, runs the engine and
-publishes. The tick also picks the route text (`app/route.py`: the latest, unless stale or
-cleared) that the inference puts in the prompt. After publishing, the worker answers at most one
-waiting question (`~/input/question`) on the same frames, so questions delay the next driving
+bytes with `inference.raw_messages`, `ros/inputs.py`; with `images.decode_ahead`, a small pool
+decodes and resizes each frame an inference may use as it arrives, in worker processes with
+`images.decode_ahead_processes`, off the node's GIL); a timer with an in-flight guard selects
+time-correct inputs (latest only, never a queue) and hands them to one worker thread, which
+decodes the rest, runs the engine and publishes. The tick also picks the route text
+(`app/route.py`: the latest, unless stale or cleared) that the inference puts in the prompt.
+After publishing, the worker answers at most one waiting question (`~/input/question`) on the
+same frames, so questions delay the next driving
 inference by at most one answer. One executor thread runs every callback (`inference.executor`:
 rclpy's C++ EventsExecutor by default, `ros/executor.py` says why): with a second one
 /diagnostics kept reporting while configure loads the model, but rclpy's multi-threaded
@@ -68,6 +69,7 @@ from ..app.schema import NODE_NAME
 from ..assembly import (
     DecodeAheadBuffer,
     Decoded,
+    DecodeWorkers,
     EncodedImage,
     FrameSizing,
     InputError,
@@ -75,6 +77,7 @@ from ..assembly import (
     StampedBuffer,
     check_resolution,
     decode_selection,
+    run_pixel_job,
     select_inputs,
 )
 from . import diagnostics as diag
@@ -109,6 +112,7 @@ class _Configured:
     worker: ThreadPoolExecutor
     decode_pool: ThreadPoolExecutor
     ahead_pool: ThreadPoolExecutor | None
+    ahead_workers: DecodeWorkers | None   # images.decode_ahead_processes
     cameras: dict[int, DecodeAheadBuffer]
     odometry: StampedBuffer
     publishers: dict[str, Any]
@@ -119,6 +123,8 @@ class _Configured:
         self.decode_pool.shutdown(wait=True)
         if self.ahead_pool is not None:
             self.ahead_pool.shutdown(wait=True, cancel_futures=True)
+        if self.ahead_workers is not None:
+            self.ahead_workers.close()
         self.engine.close()
 
 
@@ -190,16 +196,19 @@ class AlpamayoOffloadNode(LifecycleNode):
         return super().on_configure(state)
 
     def _create(self, cfg: NodeConfig, engine: Any) -> _Configured:
-        ahead_pool = ThreadPoolExecutor(   # at most one per camera (~40 frames/s need less)
-            min(cfg.decode_threads, len(cfg.cameras)),
-            thread_name_prefix='decode-ahead') if cfg.decode_ahead else None
+        ahead = min(cfg.decode_threads, len(cfg.cameras))   # ~40 frames/s need less
+        ahead_pool = ThreadPoolExecutor(ahead, thread_name_prefix='decode-ahead') \
+            if cfg.decode_ahead else None
+        workers = DecodeWorkers(ahead) if cfg.decode_ahead and cfg.decode_ahead_processes \
+            else None
+        pixels = workers.run if workers is not None else run_pixel_job
         pub = self.create_lifecycle_publisher
         return _Configured(
             cfg=cfg, engine=engine, worker=ThreadPoolExecutor(1, thread_name_prefix='inference'),
             decode_pool=ThreadPoolExecutor(cfg.decode_threads, thread_name_prefix='decode'),
-            ahead_pool=ahead_pool,
+            ahead_pool=ahead_pool, ahead_workers=workers,
             cameras={c.slot: DecodeAheadBuffer(cfg.camera_depth, ahead_pool,
-                                               cfg.decode_ahead_min_interval_s)
+                                               cfg.decode_ahead_min_interval_s, pixels)
                      for c in cfg.cameras},
             odometry=StampedBuffer(cfg.odometry_depth),
             publishers={'path': pub(Path, '~/output/path', 1),
@@ -533,7 +542,8 @@ class AlpamayoOffloadNode(LifecycleNode):
             timing=self._timings.summary(), timed_inferences=self._timings.count,
             gpu_memory=_gpu_memory(cfg.engine.device), plan_info=cfg.plan_info,
             route=self._route_now(now), navigation_max_age_s=cfg.navigation_max_age_s,
-            questions_pending=len(self._questions), plan_check=self._plan_monitor.judge())
+            questions_pending=len(self._questions), plan_check=self._plan_monitor.judge(),
+            decode_worker_faults=_worker_faults(self._conf))
         with self._lock:
             msg = diag.build(self.get_name(), now, self._status, snapshot)
         self._publish(self._diag_pub, msg)
@@ -587,6 +597,14 @@ def _ahead_cpu_ms_per_frame(conf: _Configured) -> float:
     stats = [b.stats for b in conf.cameras.values()]
     decoded = sum(st.decoded for st in stats)
     return sum(st.cpu_s for st in stats) * 1e3 / decoded if decoded else float('nan')
+
+
+def _worker_faults(conf: _Configured | None) -> tuple[int, str]:
+    """Jobs the decode workers failed so far and the last failure (none without workers)."""
+    if conf is None or conf.ahead_workers is None:
+        return 0, ''
+    faults = conf.ahead_workers.faults
+    return faults.count, faults.last
 
 
 def _gpu_memory(device: str) -> dict[str, int]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import io
 import re
 import threading
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, wait
 
 import numpy as np
@@ -13,11 +14,14 @@ from PIL import Image
 from alpamayo_offload.assembly import (
     AssemblyConfig,
     DecodeAheadBuffer,
+    DecodeWorkers,
     EncodedImage,
     InputError,
     OdometrySample,
+    PixelJob,
     assemble,
     decode_selection,
+    run_pixel_job,
     select_inputs,
 )
 
@@ -61,9 +65,27 @@ def stream(rate: float = 10.0, duration_s: float = 2.0, raw_slot: int | None = 6
     return out
 
 
-def buffers(pool: ThreadPoolExecutor | None, depth: int = 20,
-            min_interval_s: float = 0.08) -> dict[int, DecodeAheadBuffer]:
-    return {s: DecodeAheadBuffer(depth, pool, min_interval_s) for s in SLOTS}
+Pixels = Callable[[PixelJob], np.ndarray]
+
+
+@pytest.fixture(scope='module')
+def workers() -> Iterator[DecodeWorkers]:
+    w = DecodeWorkers(2)
+    yield w
+    w.close()
+
+
+@pytest.fixture(params=['thread', 'process'])
+def pixels(request: pytest.FixtureRequest) -> Pixels:
+    """Where decode-ahead decodes: in its thread, or in worker processes."""
+    if request.param == 'thread':
+        return run_pixel_job
+    return request.getfixturevalue('workers').run
+
+
+def buffers(pool: ThreadPoolExecutor | None, depth: int = 20, min_interval_s: float = 0.08,
+            pixels: Pixels = run_pixel_job) -> dict[int, DecodeAheadBuffer]:
+    return {s: DecodeAheadBuffer(depth, pool, min_interval_s, pixels) for s in SLOTS}
 
 
 def feed(bufs: dict[int, DecodeAheadBuffer], frames: list[tuple[int, EncodedImage]]) -> None:
@@ -85,9 +107,9 @@ def snapshot(bufs: dict[int, DecodeAheadBuffer]) -> dict[int, list[EncodedImage]
     return {s: b.snapshot() for s, b in bufs.items()}
 
 
-def test_decoded_ahead_inputs_are_byte_identical_to_on_demand() -> None:
+def test_decoded_ahead_inputs_are_byte_identical_to_on_demand(pixels: Pixels) -> None:
     with ThreadPoolExecutor(2) as pool:
-        bufs = buffers(pool)
+        bufs = buffers(pool, pixels=pixels)
         feed(bufs, stream())
         settle(bufs)
         sel = select_inputs(snapshot(bufs), odometry(), CFG)
@@ -133,7 +155,8 @@ def test_size_change_at_run_time_is_not_served_stale_pixels() -> None:
     ('corrupt', 'image_corrupt'), ('truncated', 'image_truncated'),
     ('size', 'image_size_mismatch'), ('encoding', 'image_encoding'),
 ])
-def test_bad_frame_decoded_ahead_gives_its_reason_when_selected(fault: str, reason: str) -> None:
+def test_bad_frame_decoded_ahead_gives_its_reason_when_selected(fault: str, reason: str,
+                                                                pixels: Pixels) -> None:
     frames = stream()
     slot, good = frames[-4 * 2 + 1]                            # camera 1, frame at t0 - 0.1 s
     data = {'corrupt': b'\x00garbage' * 40, 'truncated': good.data[:len(good.data) // 2]}
@@ -145,7 +168,7 @@ def test_bad_frame_decoded_ahead_gives_its_reason_when_selected(fault: str, reas
         bad = EncodedImage(good.stamp_ns, 'cam', data[fault], True, 'jpeg')
     frames[-4 * 2 + 1] = (slot, bad)
     with ThreadPoolExecutor(2) as pool:
-        bufs = buffers(pool)
+        bufs = buffers(pool, pixels=pixels)
         feed(bufs, frames)
         settle(bufs)
         sel = select_inputs(snapshot(bufs), odometry(), CFG)

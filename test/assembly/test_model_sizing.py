@@ -170,3 +170,16 @@ def test_nothing_decoded_ahead_before_the_size_is_known() -> None:
         assert ready is not None and ready.result()[0].shape == (64, 96, 3)
         other = AssemblyConfig(model_sizing=ImageSizing.of(AlpamayoConfig()))   # another model
         assert buf.ready(frames[2], other) is None
+
+
+@pytest.mark.parametrize('hw', [(320, 576), (64, 96), (37, 53), (1, 1)])
+def test_resized_frame_leaves_pillow_as_np_asarray_would(hw: tuple[int, int]) -> None:
+    """The GIL-free copy out of Pillow (paste into a mapped RGBX buffer) is `np.asarray`'s bytes."""
+    from alpamayo_offload.assembly.decode import _rgb_array
+
+    image = Image.fromarray(camera_rgb(5, 2 * hw[0] + 3, 2 * hw[1] + 1)).resize(
+        (hw[1], hw[0]), Image.Resampling.BICUBIC)
+    out = _rgb_array(image)
+    ref = np.asarray(image)
+    assert out.dtype == np.uint8 and out.flags['C_CONTIGUOUS'] and out.flags['WRITEABLE']
+    assert out.shape == ref.shape == (*hw, 3) and np.array_equal(out, ref)
