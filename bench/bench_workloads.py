@@ -270,19 +270,11 @@ def _row_brief(row: Mapping[str, Any]) -> str:
             f"peak {(row.get('peak_allocated_bytes') or 0) / GIB:.2f} GiB")
 
 
-def _status_kib(name: str) -> int | None:
-    try:
-        for line in Path('/proc/self/status').read_text().splitlines():
-            if line.startswith(name + ':'):
-                return int(line.split()[1])
-    except OSError:
-        return None
-    return None
-
-
 def host_memory() -> dict[str, int | None]:
     """This process's resident bytes now and at their peak so far (Linux /proc; else None)."""
-    rss, hwm = _status_kib('VmRSS'), _status_kib('VmHWM')
+    from bench.peers.home import status_kib
+
+    rss, hwm = status_kib('VmRSS'), status_kib('VmHWM')
     return {'rss_bytes': None if rss is None else rss * 1024,
             'peak_rss_bytes': None if hwm is None else hwm * 1024}
 

@@ -81,7 +81,8 @@ def release_memory() -> None:
                 break
 
 
-def _status_kib(field: str) -> int | None:
+def status_kib(field: str) -> int | None:
+    """Return a `/proc/self/status` field in KiB (Linux; None elsewhere or when absent)."""
     try:
         for line in Path('/proc/self/status').read_text().splitlines():
             if line.startswith(field + ':'):
@@ -93,13 +94,13 @@ def _status_kib(field: str) -> int | None:
 
 def rss_bytes() -> int | None:
     """Resident set size of this process now (includes pinned pages)."""
-    kib = _status_kib('VmRSS')
+    kib = status_kib('VmRSS')
     return None if kib is None else kib * 1024
 
 
 def rss_peak_bytes() -> int | None:
     """Peak resident set size since the last `reset_rss_peak` (or process start)."""
-    kib = _status_kib('VmHWM')
+    kib = status_kib('VmHWM')
     return None if kib is None else kib * 1024
 
 

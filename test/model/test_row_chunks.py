@@ -5,10 +5,8 @@ once (transformers' attention, or the rolled one with no chunk cap). Every compa
 """
 from __future__ import annotations
 
-import math
 from unittest import mock
 
-import numpy as np
 import pytest
 import torch
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
@@ -17,16 +15,11 @@ from alpamayo_offload.model import (
     DecodeOptions,
     RolledRotaryAttention,
     SharedPrefixCache,
-    SyntheticTextIds,
     build_random,
-    prepare_inputs,
     roll_rotary,
     row_chunks,
     run_inference,
     stack_caches,
-    tiny_1_5_config,
-    tiny_2super_config,
-    tiny_config,
 )
 from alpamayo_offload.model.row_chunks import (
     attend_in_row_chunks,
@@ -34,36 +27,15 @@ from alpamayo_offload.model.row_chunks import (
     masked_attention_key_bytes,
     rows_per_chunk,
 )
+from testkit.rollouts import SAMPLE_CASES, drive_inputs
 
 
-def _raw_inputs() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    rng = np.random.default_rng(1)
-    images = rng.integers(0, 256, size=(4, 4, 81, 144, 3), dtype=np.uint8)
-    t = np.arange(-15, 1) * 0.1
-    xyz = np.stack([7 * t * math.cos(0.2), 7 * t * math.sin(0.2), 0 * t], -1)
-    c, s = math.cos(0.2), math.sin(0.2)
-    rot = np.broadcast_to(np.array([[c, -s, 0], [s, c, 0], [0, 0, 1]]), (16, 3, 3)).copy()
-    return images, xyz, rot
-
-
-CASES = {
-    'r1, 3 samples': (tiny_config, 3, None, None),
-    '1.5, nav guidance, 1 sample': (tiny_1_5_config, 1, 1.5, 'turn left in 50 m'),
-    '1.5, nav guidance, 3 samples': (tiny_1_5_config, 3, 1.5, 'turn left in 50 m'),
-    '2 Super, 3 samples': (tiny_2super_config, 3, None, None),
-    '2 Super, nav guidance, 3 samples': (tiny_2super_config, 3, 2.0, 'keep right'),
-}
-
-
-@pytest.mark.parametrize('case', list(CASES))
+@pytest.mark.parametrize('case', list(SAMPLE_CASES))
 def test_rollouts_in_row_chunks_equal_whole_calls_bit_for_bit(case: str) -> None:
-    make, samples, weight, nav = CASES[case]
+    make, samples, weight, nav = SAMPLE_CASES[case]
     torch.set_num_threads(1)
     model = build_random(make(), seed=5)
-    images, xyz, rot = _raw_inputs()
-    slots = (0, 1, 2, 6) if model.cfg.camera_text else None
-    inputs = prepare_inputs(images, xyz, rot, model.cfg, SyntheticTextIds(), nav_text=nav,
-                            camera_indices=slots)
+    inputs = drive_inputs(model.cfg, nav, seed=1, speed=7.0, yaw=0.2)
     opts = DecodeOptions(max_decode_tokens=12, sample=True, seed=3, num_samples=samples,
                          guidance_weight=weight, diffusion_steps=3)
 

@@ -6,9 +6,6 @@ Every comparison is exact (`torch.equal`): the attention must see the same value
 """
 from __future__ import annotations
 
-import math
-
-import numpy as np
 import pytest
 import torch
 from transformers import DynamicCache
@@ -19,15 +16,13 @@ from alpamayo_offload.model import (
     SyntheticTextIds,
     build_random,
     generate_text,
-    prepare_inputs,
     prepare_vqa_inputs,
     run_inference,
     stack_caches,
     tiny_1_5_config,
-    tiny_2super_config,
-    tiny_config,
 )
 from testkit.repeated_cache import repeated_cache
+from testkit.rollouts import SAMPLE_CASES, drive_frames, drive_inputs
 
 H, D = 2, 16
 
@@ -133,16 +128,6 @@ def test_stacked_caches_equal_zero_padded_concatenation() -> None:
 
 
 # ---- whole rollouts: the shared prefix against the repeated cache ----------------------------
-def _raw_inputs() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    rng = np.random.default_rng(0)
-    images = rng.integers(0, 256, size=(4, 4, 81, 144, 3), dtype=np.uint8)
-    t = np.arange(-15, 1) * 0.1
-    xyz = np.stack([8 * t * math.cos(0.3), 8 * t * math.sin(0.3), 0 * t], -1)
-    c, s = math.cos(0.3), math.sin(0.3)
-    rot = np.broadcast_to(np.array([[c, -s, 0], [s, c, 0], [0, 0, 1]]), (16, 3, 3)).copy()
-    return images, xyz, rot
-
-
 def _both(run):
     new = run()
     with repeated_cache():
@@ -150,24 +135,12 @@ def _both(run):
     return new, ref
 
 
-CASES = {
-    'r1, 3 samples': (tiny_config, 3, None, None),
-    '1.5, nav guidance, 1 sample': (tiny_1_5_config, 1, 1.5, 'turn left in 50 m'),
-    '1.5, nav guidance, 3 samples': (tiny_1_5_config, 3, 1.5, 'turn left in 50 m'),
-    '2 Super, 3 samples': (tiny_2super_config, 3, None, None),
-    '2 Super, nav guidance, 3 samples': (tiny_2super_config, 3, 2.0, 'keep right'),
-}
-
-
-@pytest.mark.parametrize('case', list(CASES))
+@pytest.mark.parametrize('case', list(SAMPLE_CASES))
 def test_rollouts_equal_the_repeated_cache_bit_for_bit(case: str) -> None:
-    make, samples, weight, nav = CASES[case]
+    make, samples, weight, nav = SAMPLE_CASES[case]
     torch.set_num_threads(1)
     model = build_random(make(), seed=5)
-    images, xyz, rot = _raw_inputs()
-    slots = (0, 1, 2, 6) if model.cfg.camera_text else None
-    inputs = prepare_inputs(images, xyz, rot, model.cfg, SyntheticTextIds(), nav_text=nav,
-                            camera_indices=slots)
+    inputs = drive_inputs(model.cfg, nav)
     opts = DecodeOptions(max_decode_tokens=12, sample=True, seed=3, num_samples=samples,
                          guidance_weight=weight, diffusion_steps=3)
     new, ref = _both(lambda: run_inference(model, inputs, 'cpu', opts,
@@ -183,7 +156,7 @@ def test_rollouts_equal_the_repeated_cache_bit_for_bit(case: str) -> None:
 
 def test_question_answers_equal_the_repeated_cache() -> None:
     model = build_random(tiny_1_5_config(), seed=2)
-    images, _, _ = _raw_inputs()
+    images, _, _ = drive_frames()
     inputs = prepare_vqa_inputs(images, 'Is the light green?', model.cfg, SyntheticTextIds())
     opts = DecodeOptions(max_decode_tokens=8, sample=True, num_samples=3)
     new, ref = _both(lambda: generate_text(model, inputs, 'cpu', opts))

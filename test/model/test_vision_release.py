@@ -7,44 +7,29 @@ is exact.
 """
 from __future__ import annotations
 
-import math
 import weakref
 from typing import Any
 from unittest import mock
 
-import numpy as np
 import pytest
 import torch
 
 from alpamayo_offload.model import (
     DecodeOptions,
-    SyntheticTextIds,
     build_random,
     generate_text,
-    prepare_inputs,
     run_inference,
     tiny_1_5_config,
     tiny_config,
 )
 from alpamayo_offload.model.inference import Rollout, VisionOutputs
+from testkit.rollouts import drive_inputs
 
 CASES = {
     'r1': (tiny_config, 1, None, None),
     '1.5, 3 samples': (tiny_1_5_config, 3, None, None),
     '1.5, nav guidance, 2 samples': (tiny_1_5_config, 2, 1.5, 'turn left in 50 m'),
 }
-
-
-def _inputs(model, nav):
-    rng = np.random.default_rng(2)
-    images = rng.integers(0, 256, size=(4, 4, 81, 144, 3), dtype=np.uint8)
-    t = np.arange(-15, 1) * 0.1
-    xyz = np.stack([6 * t * math.cos(0.3), 6 * t * math.sin(0.3), 0 * t], -1)
-    c, s = math.cos(0.3), math.sin(0.3)
-    rot = np.broadcast_to(np.array([[c, -s, 0], [s, c, 0], [0, 0, 1]]), (16, 3, 3)).copy()
-    slots = (0, 1, 2, 6) if model.cfg.camera_text else None
-    return prepare_inputs(images, xyz, rot, model.cfg, SyntheticTextIds(), nav_text=nav,
-                          camera_indices=slots)
 
 
 def _watch(model) -> tuple[list[weakref.ref], list[tuple[int, bool]], Any]:
@@ -70,7 +55,7 @@ def test_last_prefill_frees_the_vision_outputs_and_changes_no_bit(case: str) -> 
     make, samples, weight, nav = CASES[case]
     torch.set_num_threads(1)
     model = build_random(make(), seed=4)
-    inputs = _inputs(model, nav)
+    inputs = drive_inputs(model.cfg, nav, seed=2, speed=6.0)
     opts = DecodeOptions(max_decode_tokens=6, sample=True, seed=2, num_samples=samples,
                          guidance_weight=weight, diffusion_steps=2)
     with mock.patch.object(VisionOutputs, 'take', VisionOutputs.peek):
@@ -91,7 +76,7 @@ def test_last_prefill_frees_the_vision_outputs_and_changes_no_bit(case: str) -> 
 def test_generate_text_frees_the_vision_outputs_and_changes_no_bit() -> None:
     torch.set_num_threads(1)
     model = build_random(tiny_1_5_config(), seed=4)
-    inputs = _inputs(model, None)
+    inputs = drive_inputs(model.cfg, None, seed=2, speed=6.0)
     opts = DecodeOptions(max_decode_tokens=5, sample=True, seed=1, num_samples=2)
     with mock.patch.object(VisionOutputs, 'take', VisionOutputs.peek):
         ref = generate_text(model, inputs, 'cpu', opts)
