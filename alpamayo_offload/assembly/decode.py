@@ -14,6 +14,7 @@ which must match the model processor's Pillow resize). Pixels are converted by `
 """
 from __future__ import annotations
 
+import functools
 import io
 import time
 from collections.abc import Callable
@@ -140,13 +141,36 @@ def _rgb_array(image: Image.Image) -> np.ndarray:
     Pillow pastes the image (in C, GIL released) into an RGBX image mapped onto a NumPy buffer
     (Pillow keeps RGB as 4 bytes per pixel, so the paste is a copy of its rows) and OpenCV drops
     the padding byte (GIL released): the same bytes as `np.asarray`. The mapped image is
-    read-only to Pillow's Python API; its core `paste` writes the buffer it maps.
+    read-only to Pillow's Python API; its core `paste` writes the buffer it maps. Where the
+    installed Pillow does not map the buffer that way (checked once, on a small image), the
+    frame goes through `np.asarray`.
     """
+    if not _mapped_paste_works():
+        return np.array(image)
+    return _mapped_paste(image)
+
+
+def _mapped_paste(image: Image.Image, fill: int | None = None) -> np.ndarray:
     w, h = image.size
-    padded = np.empty((h, w, 4), np.uint8)
+    padded = np.empty((h, w, 4), np.uint8) if fill is None else np.full((h, w, 4), fill, np.uint8)
     Image.frombuffer('RGBX', (w, h), padded, 'raw', 'RGBX', 0, 1).im.paste(image.im,
                                                                             (0, 0, w, h))
     return cv2.cvtColor(padded, cv2.COLOR_RGBA2RGB)
+
+
+@functools.cache
+def _mapped_paste_works() -> bool:
+    """Return whether `_mapped_paste` gives `np.asarray`'s bytes with the installed Pillow.
+
+    It does where `Image.frombuffer` maps the buffer (not copies it) and the core image has
+    `paste`.
+    """
+    probe = Image.fromarray(np.arange(5 * 7 * 3, dtype=np.uint8).reshape(5, 7, 3))
+    try:
+        # a filled buffer: an empty one may hold a freed buffer's equal bytes by chance
+        return bool(np.array_equal(_mapped_paste(probe, fill=255), np.asarray(probe)))
+    except (AttributeError, TypeError, ValueError):
+        return False
 
 
 def decode_image(image: EncodedImage, size: FrameSize,

@@ -183,3 +183,27 @@ def test_resized_frame_leaves_pillow_as_np_asarray_would(hw: tuple[int, int]) ->
     ref = np.asarray(image)
     assert out.dtype == np.uint8 and out.flags['C_CONTIGUOUS'] and out.flags['WRITEABLE']
     assert out.shape == ref.shape == (*hw, 3) and np.array_equal(out, ref)
+
+
+def test_the_mapped_paste_is_checked_once_and_falls_back_where_pillow_copies() -> None:
+    """This Pillow maps the buffer (the GIL-free copy is used); one that copied the buffer
+    instead (the paste would then miss the array) is detected and `np.array` is used."""
+    from unittest import mock
+
+    from alpamayo_offload.assembly import decode
+
+    assert decode._mapped_paste_works()
+    image = Image.fromarray(camera_rgb(2, 30, 40))
+    frombuffer = Image.frombuffer
+
+    def copying(mode, size, data, *args):
+        return frombuffer(mode, size, bytes(np.asarray(data)), *args)
+
+    decode._mapped_paste_works.cache_clear()
+    try:
+        with mock.patch.object(decode.Image, 'frombuffer', copying):
+            assert not decode._mapped_paste_works()
+            out = decode._rgb_array(image)
+        assert np.array_equal(out, np.asarray(image)) and out.flags['WRITEABLE']
+    finally:
+        decode._mapped_paste_works.cache_clear()
