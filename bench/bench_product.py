@@ -124,16 +124,10 @@ def summary(rows: list[Mapping[str, float]]) -> dict[str, dict[str, float]]:
 
 def cap_vram(device: str, gib: float | None) -> None:
     """Cap this process's CUDA allocations to `gib` (None: the whole GPU); no-op on the CPU."""
-    if not device.startswith('cuda'):
-        return
-    import torch
+    if device.startswith('cuda'):
+        from bench.peers.runner import cap_vram as cap
 
-    torch.cuda.empty_cache()
-    index = torch.device(device).index
-    index = torch.cuda.current_device() if index is None else index
-    total = torch.cuda.get_device_properties(index).total_memory
-    fraction = 1.0 if gib is None else min(1.0, gib * GIB / total)
-    torch.cuda.set_per_process_memory_fraction(fraction, index)
+        cap(None if gib is None else int(gib * GIB))
 
 
 def traced(infer: Callable[..., Any], at_call: int, path: Path) -> Callable[..., Any]:
