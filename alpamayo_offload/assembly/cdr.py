@@ -63,7 +63,9 @@ class _Reader:
     def stamp_ns(self) -> int:
         """Read a `builtin_interfaces/Time` as integer nanoseconds."""
         sec, nanosec = self._take('iI', 8, 4)
-        return int(sec) * _NS + int(nanosec)
+        if nanosec >= _NS:   # rclpy would refuse it too; two stamps must not map to one
+            self.fail(f'stamp nanosec {nanosec} >= 1e9')
+        return sec * _NS + nanosec
 
     def doubles(self, n: int) -> tuple[float, ...]:
         """Read `n` consecutive float64."""

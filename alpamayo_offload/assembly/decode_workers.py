@@ -39,7 +39,6 @@ import time
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
-import cv2
 import numpy as np
 
 from .convert import ConversionError
@@ -89,7 +88,7 @@ def serve(requests: BinaryIO, replies: BinaryIO) -> None:
         job = PixelJob(data, reduction, (th, tw), None if resample < 0 else resample)
         try:
             px = np.ascontiguousarray(run_pixel_job(job))
-        except (ConversionError, cv2.error) as err:
+        except Exception as err:   # noqa: BLE001 - as in the node: a payload it cannot decode
             message = str(err).strip().encode()
             replies.write(_REPLY.pack(_ERROR, 0, len(message)) + message)
         else:
@@ -117,6 +116,8 @@ class _Worker:
         status, h, w = _REPLY.unpack(self._read(_REPLY.size, deadline))
         if status != _OK:
             raise ConversionError(self._read(w, deadline).decode(errors='replace'))
+        if (h, w) != tuple(job.target_hw):
+            raise EOFError(f'reply of {h}x{w} pixels for a {job.target_hw} job')
         out = np.empty((h, w, 3), np.uint8)
         self._read_into(memoryview(out).cast('B'), deadline)
         return out
@@ -183,14 +184,20 @@ class DecodeWorkers:
     def __init__(self, count: int, timeout_s: float = 10.0) -> None:
         if count < 1:
             raise ValueError(f'count = {count} decode workers; need at least 1')
+        if timeout_s <= 0:
+            raise ValueError(f'timeout_s = {timeout_s}; must be > 0')
         self._timeout_s = timeout_s
         self._idle: queue.SimpleQueue[_Worker] = queue.SimpleQueue()
         self._all: list[_Worker] = []
         self._lock = threading.Lock()
         self._closed = False
         self.faults = WorkerFaults()
-        for _ in range(count):
-            self._add(_Worker())
+        try:
+            for _ in range(count):
+                self._add(_Worker())
+        except OSError:
+            self.close()
+            raise
 
     def run(self, job: PixelJob) -> np.ndarray:
         """Decode + resize `job` in a worker; `ConversionError` for a payload it rejects."""
@@ -199,7 +206,9 @@ class DecodeWorkers:
             if self._closed:
                 raise PixelWorkerError('the decode workers are closed')
             return worker.run(job, self._timeout_s)
-        except (OSError, EOFError, TimeoutError, struct.error) as err:
+        except ConversionError:       # the payload, not the worker (a ValueError too)
+            raise
+        except (OSError, EOFError, TimeoutError, ValueError, struct.error) as err:
             worker = self._replace(worker, err)
             raise PixelWorkerError(f'{DECODE_WORKER_FAILED}: {err}') from err
         finally:
@@ -234,7 +243,13 @@ class DecodeWorkers:
                 self._all.remove(worker)
             if self._closed:
                 return worker
-            fresh = _Worker()
+            try:
+                fresh = _Worker()
+            except OSError as start_err:   # the next job on `worker` fails the same way
+                self.faults.last += f'; restart failed: {start_err}'
+                LOG.warning('%s: decode worker %d failed; restart failed (%s)',
+                            DECODE_WORKER_FAILED, worker.proc.pid, start_err)
+                return worker
             self._all.append(fresh)
         LOG.warning('%s: decode worker %d failed (%s); replaced by %d', DECODE_WORKER_FAILED,
                     worker.proc.pid, self.faults.last, fresh.proc.pid)

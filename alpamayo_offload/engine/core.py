@@ -272,10 +272,10 @@ class Engine:
         self.close()
         sequences = _layer_sequences(self.model)
         if isinstance(self._source, HostStore):
-            try:
+            try:   # checked and restored first: a refusal leaves the store pinned, re-plannable
+                self._source.restore_layers(sequences)
                 if not pinned:
                     self._source.unpin()
-                self._source.restore_layers(sequences)
             except OffloadError as err:
                 raise EngineError(f'cannot hand the layers over: {err}') from err
         elif any(t.is_meta for seq in sequences for layer in seq.layers

@@ -73,6 +73,8 @@ class RowGroup:
 
     def drop_last(self, n: int) -> None:
         """Remove the last `n` tokens of every row (suffix first, then prefix)."""
+        if not 0 <= n <= self.length:
+            raise ValueError(f'drop_last({n}) of a {self.length}-token layer')
         kept = self.length - n
         p = self.prefix[0].shape[-2]
         if kept < p:
@@ -207,9 +209,16 @@ class SharedPrefixLayer(CacheLayerMixin):
         return -1
 
     def crop(self, tokens_to_remove: int) -> None:
-        """Remove the last `abs(tokens_to_remove)` tokens of every row."""
+        """Remove the last `-tokens_to_remove` tokens of every row.
+
+        Only the negative form is taken: transformers' `crop(n)` with n > 0 has meant "keep n"
+        in some releases and "remove n" in others, so a positive count is refused.
+        """
+        if tokens_to_remove > 0:
+            raise ValueError(f'crop({tokens_to_remove}): give the tokens to remove as a '
+                             'negative count')
         for group in self.groups:
-            group.drop_last(abs(tokens_to_remove))
+            group.drop_last(-tokens_to_remove)
 
     def batch_repeat_interleave(self, repeats: int) -> None:
         """Repeat every row `repeats` times, interleaved; shared prefixes are not copied."""

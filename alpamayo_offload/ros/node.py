@@ -67,6 +67,7 @@ from ..app.questions import QUESTION_DROPPED, QUESTION_FAILED, PendingQuestions
 from ..app.route import RouteChoice, RouteMessage, choose_route
 from ..app.schema import NODE_NAME
 from ..assembly import (
+    DECODE_WORKER_FAILED,
     DecodeAheadBuffer,
     Decoded,
     DecodeWorkers,
@@ -199,8 +200,14 @@ class AlpamayoOffloadNode(LifecycleNode):
         ahead = min(cfg.decode_threads, len(cfg.cameras))   # ~40 frames/s need less
         ahead_pool = ThreadPoolExecutor(ahead, thread_name_prefix='decode-ahead') \
             if cfg.decode_ahead else None
-        workers = DecodeWorkers(ahead) if cfg.decode_ahead and cfg.decode_ahead_processes \
-            else None
+        workers = None
+        if cfg.decode_ahead and cfg.decode_ahead_processes:
+            try:
+                workers = DecodeWorkers(ahead)
+            except OSError as err:   # e.g. out of processes or fds: decode in threads instead
+                self.get_logger().warning(
+                    f'{DECODE_WORKER_FAILED}: decode workers did not start ({err}); decoding '
+                    'ahead in threads')
         pixels = workers.run if workers is not None else run_pixel_job
         pub = self.create_lifecycle_publisher
         return _Configured(

@@ -94,3 +94,12 @@ def test_other_encapsulations_are_left_to_the_middleware() -> None:
     xcdr2 = b'\x00\x07\x00\x00' + _odometry()[4:]
     with pytest.raises(CdrUnsupportedError):
         odometry_from_cdr(xcdr2)
+
+
+def test_a_stamp_with_nanosec_of_a_second_or_more_is_a_named_reason() -> None:
+    w = _Writer('<').header(12, 1_500_000_000, 'odom').string('base_link')
+    w.put('7d', 1.5, -2.0, 0.25, 0.0, 0.0, 0.3, 0.95, align=8)
+    w.put('36d', *range(36), align=8).put('6d', *range(6), align=8)
+    with pytest.raises(InputError) as err:
+        odometry_from_cdr(bytes(w.put('36d', *range(36), align=8).buf))
+    assert err.value.reason == ODOMETRY_MALFORMED

@@ -139,3 +139,31 @@ def test_a_worker_fault_leaves_the_frame_to_on_demand_decoding(workers: DecodeWo
         wait([e.future for e in buf._decodes.values()], timeout=30)
     assert buf.stats.worker_faults == 1 and buf.stats.decoded == 1
     assert buf.ready(frame, cfg) is None and buf.stats.misses == 1
+
+
+def test_a_worker_that_cannot_be_restarted_stays_a_named_worker_fault() -> None:
+    """Out of processes: the failed worker's next jobs are worker faults (the frame is decoded
+    on demand), never `image_corrupt`, and nothing raises past `run`."""
+    from unittest import mock
+
+    from alpamayo_offload.assembly import decode_workers
+
+    job = PixelJob(encoded('jpeg').data, 2, (60, 108), None)
+    workers = DecodeWorkers(1)
+    try:
+        (pid,) = workers.pids()
+        os.kill(pid, signal.SIGKILL)
+        with mock.patch.object(decode_workers, '_Worker', side_effect=OSError('EAGAIN')):
+            for _ in range(2):
+                with pytest.raises(PixelWorkerError, match='decode_worker_failed'):
+                    workers.run(job)
+        assert 'restart failed' in workers.faults.last and workers.faults.count == 2
+    finally:
+        workers.close()
+
+
+def test_bad_worker_settings_are_refused_by_name() -> None:
+    with pytest.raises(ValueError, match='timeout_s'):
+        DecodeWorkers(1, timeout_s=0)
+    with pytest.raises(ValueError, match='count'):
+        DecodeWorkers(0)

@@ -161,3 +161,14 @@ def test_question_answers_equal_the_repeated_cache() -> None:
     opts = DecodeOptions(max_decode_tokens=8, sample=True, num_samples=3)
     new, ref = _both(lambda: generate_text(model, inputs, 'cpu', opts))
     assert torch.equal(new.token_ids, ref.token_ids)
+
+
+def test_a_positive_crop_or_a_crop_past_the_start_is_refused() -> None:
+    cache = SharedPrefixCache()
+    cache.update(*_kv(1, 5, 0), 0)
+    with pytest.raises(ValueError, match='negative'):
+        cache.crop(2)
+    with pytest.raises(ValueError, match='drop_last'):
+        cache.crop(-6)
+    cache.crop(-5)
+    assert cache.get_seq_length() == 0
