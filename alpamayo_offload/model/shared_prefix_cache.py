@@ -28,6 +28,36 @@ from transformers.cache_utils import Cache, CacheLayerMixin
 KV = tuple[torch.Tensor, torch.Tensor]
 
 
+def _widest_views(dst: torch.Tensor, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`dst` and `src` viewed as the widest integer type both allow (the same bytes).
+
+    A shared prefix broadcast over rows is a strided copy, which moves one element per thread:
+    moving 8 bytes per element instead of 2 (BF16) makes it bound by memory, not by elements.
+    An integer copy moves the bits unchanged, so the values are those of a BF16 copy.
+    """
+    for wide in (torch.int64, torch.int32):
+        ratio = wide.itemsize // dst.element_size()
+        if ratio > 1 and all(_viewable(t, ratio) for t in (dst, src)):
+            return dst.view(wide), src.view(wide)
+    return dst, src
+
+
+def _viewable(t: torch.Tensor, ratio: int) -> bool:
+    """Whether `t` can be viewed with elements `ratio` times wider."""
+    return t.dim() > 0 and t.stride(-1) == 1 and t.shape[-1] % ratio == 0 and \
+        t.storage_offset() % ratio == 0 and \
+        all(stride % ratio == 0 for stride in t.stride()[:-1])
+
+
+def _copy_into(dst: torch.Tensor, src: torch.Tensor) -> None:
+    """`dst.copy_(src)` (src may broadcast); same dtypes copy through wide integer views."""
+    if dst.dtype != src.dtype:
+        dst.copy_(src)
+        return
+    wide_dst, wide_src = _widest_views(dst, src)
+    wide_dst.copy_(wide_src)
+
+
 def _copy(kv: KV) -> KV:
     """Contiguous copies of a key/value pair (never views of the caller's tensors)."""
     return (kv[0].clone(memory_format=torch.contiguous_format),
@@ -68,8 +98,17 @@ class RowGroup:
                            torch.cat([self.prefix[1], kv[1]], dim=-2))
             return self.prefix
         suffix = self.append(kv)
-        return (torch.cat([self.prefix[0].expand(self.rows, -1, -1, -1), suffix[0]], dim=-2),
-                torch.cat([self.prefix[1].expand(self.rows, -1, -1, -1), suffix[1]], dim=-2))
+        return self._joined(0, suffix[0]), self._joined(1, suffix[1])
+
+    def _joined(self, which: int, suffix: torch.Tensor) -> torch.Tensor:
+        """Return the shared prefix over every row, then `suffix`, as one contiguous tensor."""
+        prefix = self.prefix[which]
+        p = prefix.shape[-2]
+        out = suffix.new_empty(self.rows, suffix.shape[1], p + suffix.shape[-2], suffix.shape[3],
+                               dtype=torch.promote_types(prefix.dtype, suffix.dtype))
+        _copy_into(out[:, :, :p], prefix)            # the shared prefix broadcasts
+        _copy_into(out[:, :, p:], suffix)
+        return out
 
     def drop_last(self, n: int) -> None:
         """Remove the last `n` tokens of every row (suffix first, then prefix)."""
@@ -180,9 +219,9 @@ class SharedPrefixLayer(CacheLayerMixin):
                 if prefix.shape[0] != 1:                     # one prefix row per row
                     prefix = prefix[lo - first:hi - first]
                 p = prefix.shape[-2]
-                block[:, :, :p].copy_(prefix)                # a shared prefix broadcasts
+                _copy_into(block[:, :, :p], prefix)          # a shared prefix broadcasts
                 if group.suffix is not None:
-                    block[:, :, p:].copy_(group.suffix[which][lo - first:hi - first])
+                    _copy_into(block[:, :, p:], group.suffix[which][lo - first:hi - first])
             first += group.rows
         return out
 

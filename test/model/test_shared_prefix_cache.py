@@ -172,3 +172,25 @@ def test_a_positive_crop_or_a_crop_past_the_start_is_refused() -> None:
         cache.crop(-6)
     cache.crop(-5)
     assert cache.get_seq_length() == 0
+
+
+@pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize('head_dim', [16, 6, 5])
+def test_shared_rows_copy_the_bits_of_a_concatenation(dtype: torch.dtype, head_dim: int) -> None:
+    """The prefix broadcast through wide integer views (or plain where none fits) keeps the bits."""
+    gen = torch.Generator().manual_seed(7)
+    prefix = [torch.randn(1, H, 9, head_dim, generator=gen).to(dtype) for _ in range(2)]
+    ours = SharedPrefixCache()
+    ours.update(*prefix, 0)
+    ours.batch_repeat_interleave(3)
+    got, want, suffix = (), [], []
+    for _ in range(2):
+        kv = [torch.randn(3, H, 1, head_dim, generator=gen).to(dtype) for _ in range(2)]
+        suffix = kv if not suffix else [torch.cat([s, k], dim=-2)
+                                        for s, k in zip(suffix, kv, strict=True)]
+        got = ours.update(*kv, 0)
+        want = [torch.cat([p.expand(3, -1, -1, -1), s], dim=-2)
+                for p, s in zip(prefix, suffix, strict=True)]
+    for g, w in zip(got, want, strict=True):
+        assert g.dtype == dtype and g.is_contiguous()
+        assert torch.equal(g.view(torch.uint8), w.view(torch.uint8))
