@@ -259,6 +259,23 @@ class SharedPrefixLayer(CacheLayerMixin):
         for group in self.groups:
             group.drop_last(-tokens_to_remove)
 
+    def reset(self) -> None:
+        """Drop every row's tokens; the next update starts a new prefix."""
+        self.groups = []
+        self.is_initialized = False
+
+    def reorder_cache(self, beam_idx: torch.Tensor) -> None:
+        """Refused: reordering rows (beam search) would split a shared prefix."""
+        raise NotImplementedError('SharedPrefixCache does not reorder rows (beam search)')
+
+    def offload(self) -> None:
+        """Refused: the K/V stays on its device (the runtime streams weights, not K/V)."""
+        raise NotImplementedError('SharedPrefixCache does not offload its K/V')
+
+    def prefetch(self) -> None:
+        """Refused, as `offload`."""
+        raise NotImplementedError('SharedPrefixCache does not offload its K/V')
+
     def batch_repeat_interleave(self, repeats: int) -> None:
         """Repeat every row `repeats` times, interleaved; shared prefixes are not copied."""
         for group in self.groups:

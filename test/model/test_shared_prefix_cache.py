@@ -194,3 +194,16 @@ def test_shared_rows_copy_the_bits_of_a_concatenation(dtype: torch.dtype, head_d
     for g, w in zip(got, want, strict=True):
         assert g.dtype == dtype and g.is_contiguous()
         assert torch.equal(g.view(torch.uint8), w.view(torch.uint8))
+
+
+def test_reset_empties_and_what_does_not_apply_is_refused() -> None:
+    cache = SharedPrefixCache()
+    cache.update(*_kv(1, 5, 0), 0)
+    cache.reset()
+    assert cache.get_seq_length() == 0 and cache.layers[0].keys is None
+    cache.update(*_kv(2, 3, 1), 0)
+    assert cache.get_seq_length() == 3 and cache.layers[0].rows == 2
+    for call in (lambda: cache.reorder_cache(torch.tensor([1, 0])), lambda: cache.offload(0),
+                 cache.layers[0].prefetch):
+        with pytest.raises(NotImplementedError, match='SharedPrefixCache'):
+            call()
