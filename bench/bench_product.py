@@ -30,7 +30,6 @@ CPU smoke (tiny model, small frames, synthetic profile):
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import logging
 import os
@@ -42,12 +41,14 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import yaml
+
+from bench.peers.trace import traced
 
 GIB = 2**30
 LOG = logging.getLogger('bench_product')
@@ -128,30 +129,6 @@ def cap_vram(device: str, gib: float | None) -> None:
         from bench.peers.runner import cap_vram as cap
 
         cap(None if gib is None else int(gib * GIB))
-
-
-def traced(infer: Callable[..., Any], at_call: int, path: Path) -> Callable[..., Any]:
-    """`infer` that records call number `at_call` (1-based) with the torch profiler to `path`."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    calls = [0]
-
-    def run(*args: Any, **kwargs: Any) -> Any:
-        calls[0] += 1
-        if calls[0] != at_call:
-            return infer(*args, **kwargs)
-        activities = [ProfilerActivity.CPU] + \
-            ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
-        with profile(activities=activities) as prof:
-            result = infer(*args, **kwargs)
-        raw = path.with_suffix('')
-        prof.export_chrome_trace(str(raw))
-        with open(raw, 'rb') as src, gzip.open(path, 'wb') as dst:
-            shutil.copyfileobj(src, dst)
-        raw.unlink()
-        return result
-    return run
 
 
 # ---------------------------------------------------------------- inputs

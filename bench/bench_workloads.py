@@ -178,6 +178,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         'warms up)')
     p.add_argument('--height', type=int, help='camera frame height before presizing (1080)')
     p.add_argument('--width', type=int, help='camera frame width before presizing (1920)')
+    p.add_argument('--trace', default='', metavar='WORKLOADS',
+                   help='comma separated workloads: one more inference of each of their rows '
+                        'under the torch profiler, inside its cap (trace_<workload>_<row>.json.gz '
+                        'and the ops owning the most device time, .txt)')
     p.add_argument('--budget-s', type=float, default=540.0,
                    help='skip a part whose estimate would end past this many seconds')
     p.add_argument('--report', action='store_true',
@@ -198,7 +202,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             setattr(args, name, value)
     if args.accelerate < 0:
         args.accelerate = preset['accelerate'] or 0.0
-    unknown = [w for w in args.workloads.split(',') if w not in WORKLOADS]
+    args.trace_set = {w for w in args.trace.split(',') if w}
+    unknown = [w for w in {*args.workloads.split(','), *args.trace_set} if w not in WORKLOADS]
     args.part_set = set(args.parts.split(','))
     if not args.part_set <= set(PARTS):
         p.error(f'--parts {args.parts!r}: of {list(PARTS)}, comma separated')
@@ -406,8 +411,10 @@ def all_resident(profile: Profile) -> Placement:
 
 
 def run_row(engine: Any, model_input: Any, spec: WorkloadSpec, kind: str, budget: int | None,
-            placement: Placement, args: argparse.Namespace, reference: Any) -> tuple[dict, Any]:
-    """Attach one plan under its cap, then `measure` (deterministic pass, warm-up, timed runs)."""
+            placement: Placement, args: argparse.Namespace, reference: Any,
+            trace: Path | None = None) -> tuple[dict, Any]:
+    """Attach one plan under its cap, then `measure` (deterministic pass, warm-up, timed runs)
+    and, given `trace`, one more inference under the profiler, still under the cap."""
     import numpy as np
 
     from bench.peers.home import reset_rss_peak
@@ -430,6 +437,10 @@ def run_row(engine: Any, model_input: Any, spec: WorkloadSpec, kind: str, budget
     figures, det, last = measure(infer, warmup=args.warmup, runs=args.runs,
                                  deadline=Deadline(float('inf')), reference=reference,
                                  reference_timed=None)
+    if trace is not None:
+        from bench.peers.trace import trace_call
+
+        trace_call(infer, trace)
     cap_vram(args.device, None)
     info = engine.info
     row: dict[str, Any] = {**figures, 'replan_s': replan_s, 'replan_peak_rss_bytes': replan_peak,
@@ -490,8 +501,10 @@ def workload_rows(engine: Any, spec: WorkloadSpec, profile: Profile, args: argpa
             continue
         t0 = time.perf_counter()
         try:
+            trace = args.out / f'trace_{spec.name}_{kind}_{_gib_label(gib).replace(" ", "")}' \
+                '.json.gz' if spec.name in args.trace_set else None
             got, det = run_row(engine, model_input, spec, kind, head['budget_bytes'], placement,
-                               args, reference)
+                               args, reference, trace)
         except Exception as err:  # a failed row is reported, the others still run
             from bench.peers.runner import status_of
 
