@@ -23,6 +23,7 @@ from transformers.models.qwen3_vl.modeling_qwen3_vl import (
 )
 
 from .class_swap import swap_class
+from .masked_sdpa import with_fast_masked_repeat
 from .row_chunks import ROW_CHUNK_BYTES, attend_in_row_chunks
 
 
@@ -84,8 +85,8 @@ class RolledRotaryAttention(Qwen3VLTextAttention):
         A masked call of several rows runs in chunks of at most `row_chunk_bytes` of transient
         (model/row_chunks.py), bit-identical to one call.
         """
-        attend = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation,
-                                                       eager_attention_forward)
+        attend = with_fast_masked_repeat(ALL_ATTENTION_FUNCTIONS.get_interface(
+            self.config._attn_implementation, eager_attention_forward))
         return attend_in_row_chunks(
             self, attend, query, key, value, attention_mask, past_key_values,
             cap=self.row_chunk_bytes,

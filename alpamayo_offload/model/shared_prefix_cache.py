@@ -25,37 +25,9 @@ from dataclasses import dataclass
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
+from .wide_copy import copy_into
+
 KV = tuple[torch.Tensor, torch.Tensor]
-
-
-def _widest_views(dst: torch.Tensor, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """`dst` and `src` viewed as the widest integer type both allow (the same bytes).
-
-    A shared prefix broadcast over rows is a strided copy, which moves one element per thread:
-    moving 8 bytes per element instead of 2 (BF16) makes it bound by memory, not by elements.
-    An integer copy moves the bits unchanged, so the values are those of a BF16 copy.
-    """
-    for wide in (torch.int64, torch.int32):
-        ratio = wide.itemsize // dst.element_size()
-        if ratio > 1 and all(_viewable(t, ratio) for t in (dst, src)):
-            return dst.view(wide), src.view(wide)
-    return dst, src
-
-
-def _viewable(t: torch.Tensor, ratio: int) -> bool:
-    """Whether `t` can be viewed with elements `ratio` times wider."""
-    return t.dim() > 0 and t.stride(-1) == 1 and t.shape[-1] % ratio == 0 and \
-        t.storage_offset() % ratio == 0 and \
-        all(stride % ratio == 0 for stride in t.stride()[:-1])
-
-
-def _copy_into(dst: torch.Tensor, src: torch.Tensor) -> None:
-    """`dst.copy_(src)` (src may broadcast); same dtypes copy through wide integer views."""
-    if dst.dtype != src.dtype:
-        dst.copy_(src)
-        return
-    wide_dst, wide_src = _widest_views(dst, src)
-    wide_dst.copy_(wide_src)
 
 
 def _copy(kv: KV) -> KV:
@@ -106,8 +78,8 @@ class RowGroup:
         p = prefix.shape[-2]
         out = suffix.new_empty(self.rows, suffix.shape[1], p + suffix.shape[-2], suffix.shape[3],
                                dtype=torch.promote_types(prefix.dtype, suffix.dtype))
-        _copy_into(out[:, :, :p], prefix)            # the shared prefix broadcasts
-        _copy_into(out[:, :, p:], suffix)
+        copy_into(out[:, :, :p], prefix)            # the shared prefix broadcasts
+        copy_into(out[:, :, p:], suffix)
         return out
 
     def drop_last(self, n: int) -> None:
@@ -219,9 +191,9 @@ class SharedPrefixLayer(CacheLayerMixin):
                 if prefix.shape[0] != 1:                     # one prefix row per row
                     prefix = prefix[lo - first:hi - first]
                 p = prefix.shape[-2]
-                _copy_into(block[:, :, :p], prefix)          # a shared prefix broadcasts
+                copy_into(block[:, :, :p], prefix)          # a shared prefix broadcasts
                 if group.suffix is not None:
-                    _copy_into(block[:, :, p:], group.suffix[which][lo - first:hi - first])
+                    copy_into(block[:, :, p:], group.suffix[which][lo - first:hi - first])
             first += group.rows
         return out
 
