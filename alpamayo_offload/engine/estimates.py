@@ -36,6 +36,11 @@ _VIT_BYTES_PER_PATCH_CHANNEL = 52
 # the prompt's embeddings (held by the language model for the whole pass), the layer's input,
 # the residual after attention and its norm.
 _PREFILL_HIDDEN_COPIES = 4
+# Activations per new token of a row in the refeed and the expert, in hidden widths beside the
+# MLP's three intermediates and the attention's query and output (2 x heads x head_dim): the
+# prefill's four and two more as a margin, since these passes were not counted op by op; an
+# upper bound, which test_engine_1_5 checks against the measured per-phase peaks.
+_ROW_HIDDEN_COPIES = 6
 
 
 def _image_tokens(cfg: AlpamayoConfig, n_images: int, height: int = 1080,
@@ -140,14 +145,14 @@ def estimate_phase_peaks(cfg: AlpamayoConfig, dtype_bytes: int,
         refeed_key = masked_attention_key_bytes(t.num_kv_heads, t.num_heads, t.head_dim, new,
                                                 dtype_bytes)
         refeed = (chunk_transient_bytes(samples, length * refeed_key, ROW_CHUNK_BYTES)
-                  + samples * new * (3 * t.intermediate_size + 6 * t.hidden_size
+                  + samples * new * (3 * t.intermediate_size + _ROW_HIDDEN_COPIES * t.hidden_size
                                      + 2 * t.num_heads * t.head_dim) * dtype_bytes)
         peaks['unguided'] = guided_cache + max(kv_tokens * prompt + prefill,
                                                guided_cache + refeed)
     expert_key = masked_attention_key_bytes(t.num_kv_heads, e.num_heads, e.head_dim, n,
                                             dtype_bytes)
     expert = (chunk_transient_bytes(rows, length * expert_key, ROW_CHUNK_BYTES)
-              + rows * n * (3 * e.intermediate_size + 6 * e.hidden_size
+              + rows * n * (3 * e.intermediate_size + _ROW_HIDDEN_COPIES * e.hidden_size
                             + 2 * e.num_heads * e.head_dim) * dtype_bytes)
     peaks['diffusion'] = kv_tokens * (prompts * prompt + rows * suffix) + expert
     return {phase: peak + held for phase, peak in peaks.items()}
