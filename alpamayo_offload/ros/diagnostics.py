@@ -29,6 +29,7 @@ from ..app.route import (
     ROUTE_UNSUPPORTED,
     RouteChoice,
 )
+from ..assembly import WorkerFaults
 from ..assembly import errors as input_errors
 from .conversions import ns_to_time
 
@@ -142,7 +143,7 @@ class Snapshot:
     navigation_max_age_s: float = 0.0
     questions_pending: int = 0
     plan_check: tuple[int, str, Mapping[str, Any]] | None = None   # `PlanMonitor.judge()`
-    decode_worker_faults: tuple[int, str] = (0, '')   # jobs decode workers failed; the last
+    decode_worker_faults: WorkerFaults = WorkerFaults()   # and their restart back-off
 
 
 def input_level(reason: str) -> int:
@@ -257,6 +258,14 @@ def _questions(st: NodeStatus, snap: Snapshot) -> tuple[int, str, dict[str, Any]
     return st.question_level, st.question_message, values
 
 
+def _worker_values(faults: WorkerFaults) -> dict[str, Any]:
+    """Name the decode workers' failures and back-off (`images.decode_ahead_processes`)."""
+    return {'decode_worker_faults': faults.count, 'decode_worker_last_fault': faults.last,
+            'decode_worker_restarts': faults.restarts,
+            'decode_workers_backing_off': faults.backing_off,
+            'decode_worker_retry_in_s': faults.retry_in_s}
+
+
 def build(node_name: str, stamp_ns: int, st: NodeStatus, snap: Snapshot) -> DiagnosticArray:
     """Build the node's statuses for one diagnostics period (see the module docstring)."""
     counters = {'ticks': st.ticks, 'ticks_dropped': st.ticks_dropped, 'inferences': st.inferences,
@@ -269,8 +278,7 @@ def build(node_name: str, stamp_ns: int, st: NodeStatus, snap: Snapshot) -> Diag
         ('inference', (*_inference(st), {**st.stages, **counters})),
         ('input', (st.input_level, st.input_message,
                    {'reason': st.input_reason, 'messages_refused': st.messages_refused,
-                    'decode_worker_faults': snap.decode_worker_faults[0],
-                    'decode_worker_last_fault': snap.decode_worker_faults[1]})),
+                    **_worker_values(snap.decode_worker_faults)})),
         ('path rate', _path_rate(st, snap)),
         ('input age', age),
         ('input rates', rates),

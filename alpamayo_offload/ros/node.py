@@ -76,6 +76,7 @@ from ..assembly import (
     InputError,
     Selection,
     StampedBuffer,
+    WorkerFaults,
     check_resolution,
     decode_selection,
     run_pixel_job,
@@ -606,12 +607,11 @@ def _ahead_cpu_ms_per_frame(conf: _Configured) -> float:
     return sum(st.cpu_s for st in stats) * 1e3 / decoded if decoded else float('nan')
 
 
-def _worker_faults(conf: _Configured | None) -> tuple[int, str]:
-    """Jobs the decode workers failed so far and the last failure (none without workers)."""
+def _worker_faults(conf: _Configured | None) -> WorkerFaults:
+    """Return the decode workers' failures so far and back-off now (none without workers)."""
     if conf is None or conf.ahead_workers is None:
-        return 0, ''
-    faults = conf.ahead_workers.faults
-    return faults.count, faults.last
+        return WorkerFaults()
+    return conf.ahead_workers.faults
 
 
 def _gpu_memory(device: str) -> dict[str, int]:
