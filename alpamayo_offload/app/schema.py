@@ -201,8 +201,9 @@ _SPECS = (
        "selected); false: decode the selected frames when an inference starts", restart=True),
     _p('images.decode_ahead_processes', _B, True, 'decode ahead in worker processes (one per '
        "decode-ahead thread; frames go by pipe), so the decodes take none of the node's "
-       'interpreter lock (GIL) from the inference; a failed worker is replaced and its frame '
-       'decoded when selected; false: in threads of the node', restart=True),
+       'interpreter lock (GIL) from the inference; a failed worker is replaced (with a '
+       'back-off while it keeps failing) and its frame decoded when selected; none with '
+       "images.decoder 'gpu'; false: in threads of the node", restart=True),
     _p('images.decode_ahead_min_interval_s', _F, 0.08, 'decode ahead a frame only if no frame '
        'of its camera within this interval already is (the model takes frames 0.1 s apart); 0: '
        'every frame, which cameras above ~12 Hz need for their frames to be ready',

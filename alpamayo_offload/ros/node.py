@@ -59,7 +59,7 @@ from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profi
 from sensor_msgs.msg import CompressedImage, Image
 from std_msgs.msg import Float64, String
 
-from ..app.config import NodeConfig, config_from_values, jpeg_decoder
+from ..app.config import NodeConfig, config_from_values, decode_workers_for, jpeg_decoder
 from ..app.engine_loader import LoadedEngine, load_engine, warm_up
 from ..app.errors import ParameterError
 from ..app.health import EventRate, PlanMonitor, StageTimings, StreamMonitor
@@ -202,9 +202,12 @@ class AlpamayoOffloadNode(LifecycleNode):
         ahead_pool = ThreadPoolExecutor(ahead, thread_name_prefix='decode-ahead') \
             if cfg.decode_ahead else None
         workers = None
-        if cfg.decode_ahead and cfg.decode_ahead_processes:
+        processes, why_none = decode_workers_for(cfg)
+        if why_none:
+            self.get_logger().info(why_none)
+        if processes:
             try:
-                workers = DecodeWorkers(ahead)
+                workers = DecodeWorkers(processes)
             except OSError as err:   # e.g. out of processes or fds: decode in threads instead
                 self.get_logger().warning(
                     f'{DECODE_WORKER_FAILED}: decode workers did not start ({err}); decoding '
