@@ -360,6 +360,7 @@ class AlpamayoOffloadNode(LifecycleNode):
         with self._lock:
             self._status.messages_refused += 1
             self._status.report_input(self._serial, diag.ERROR, f'{stream}: {err}', err.reason)
+            self._status.refused(diag.ERROR, f'{stream}: {err}', err.reason, time.monotonic())
         self.get_logger().warning(f'{stream}: message refused: {err}',
                                   throttle_duration_sec=2.0)
 
@@ -423,6 +424,7 @@ class AlpamayoOffloadNode(LifecycleNode):
             self._status.input_errors += 1
             self._status.last_skip_reason = err.reason
             self._status.report_input(serial, level, str(err), err.reason)
+            self._status.refused(level, str(err), err.reason, time.monotonic())
             self._status.no_path(level, f'{err.reason}: {err}')
         self.get_logger().warning(str(err), throttle_duration_sec=2.0)
 
@@ -552,6 +554,7 @@ class AlpamayoOffloadNode(LifecycleNode):
             input_rates=self._streams.rates(time.monotonic()),
             timing=self._timings.summary(), timed_inferences=self._timings.count,
             gpu_memory=_gpu_memory(cfg.engine.device), plan_info=cfg.plan_info,
+            monotonic_s=time.monotonic(),
             route=self._route_now(now), navigation_max_age_s=cfg.navigation_max_age_s,
             questions_pending=len(self._questions), plan_check=self._plan_monitor.judge(),
             decode_worker_faults=_worker_faults(self._conf))
