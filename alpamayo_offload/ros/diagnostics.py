@@ -276,7 +276,7 @@ def _questions(st: NodeStatus, snap: Snapshot) -> tuple[int, str, dict[str, Any]
 
 
 def _input(st: NodeStatus, snap: Snapshot) -> tuple[int, str, dict[str, Any]]:
-    """Report the last evaluation, unless broken input was refused within the hold window."""
+    """Report the last evaluation, and broken input refused within the hold window (ERROR)."""
     level, message = st.input_level, st.input_message
     values = {'reason': st.input_reason, 'messages_refused': st.messages_refused}
     held = st.refusals.held(snap.monotonic_s)
@@ -284,7 +284,7 @@ def _input(st: NodeStatus, snap: Snapshot) -> tuple[int, str, dict[str, Any]]:
     values['refused_in_hold'] = sum(held.counts.values()) if held else 0
     if held is not None:
         counts = ', '.join(f'{r} x{n}' for r, n in held.counts.items())
-        message = f'{message if level >= ERROR else held.message} (refused in the last ' \
+        message = f'{held.message if level == OK else message} (refused in the last ' \
                   f'{held.hold_s:g} s: {counts})'
         level = ERROR
         values |= {'last_refusal_reason': held.reason,
