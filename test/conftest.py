@@ -14,7 +14,8 @@ os.environ.setdefault('ROS_DOMAIN_ID', str(1 + os.getpid() % 100))
 NEEDS_RCLPY = ('carla/test_carla_bag.py', 'ros/test_node_decode_ahead.py', 'ros/test_node_1_5.py',
                'ros/test_node_integration.py', 'ros/test_params.py', 'ros/test_plan_file.py',
                'ros/test_clean_exit.py', 'app/test_param_verdicts.py', 'ros/test_node_2super.py',
-               'ros/test_raw_messages.py')
+               'ros/test_raw_messages.py', 'ros/test_diagnostics_input.py',
+               'ros/test_node_executor.py')
 try:
     import rclpy  # noqa: F401
     HAVE_RCLPY = True

@@ -127,6 +127,59 @@ class EventRate:
         return Rate(events / span if span > 0 else math.nan, events, span, count)
 
 
+REFUSAL_HOLD_S = 5.0   # a refused input stays in the input status this long after the last one
+
+
+@dataclass(frozen=True)
+class HeldRefusals:
+    """The refusals of the hold window: the last one, and how many there were per reason."""
+
+    reason: str                  # the last refusal's
+    message: str                 # the last refusal's
+    counts: Mapping[str, int]    # reason -> refusals in the window, most frequent first
+    hold_s: float
+
+
+class RefusalWindow:
+    """Refused inputs of the last `hold_s` seconds, so one stays visible between good ones.
+
+    The node reports one input status; a refused message (one that does not parse) or an input
+    evaluation refused for broken data (`image_corrupt`, `odometry_nonfinite`, ...) would be
+    overwritten by the next good evaluation, and a camera that sends a bad frame now and then
+    would make the status flip between the refusal and OK. `held` returns the refusals until
+    `hold_s` passes with none. Not thread-safe: the node keeps it under its status lock. Memory
+    is one entry per refusal of the window (pruned at each call).
+    """
+
+    def __init__(self, hold_s: float = REFUSAL_HOLD_S) -> None:
+        if hold_s <= 0:
+            raise ValueError(f'hold_s = {hold_s}; must be > 0')
+        self.hold_s = hold_s
+        self._times: deque[tuple[float, str]] = deque()   # (monotonic s, reason), oldest first
+        self._last = ('', '')
+
+    def record(self, reason: str, message: str, now_s: float) -> None:
+        """Count a refusal with its reason code and message at `now_s` (monotonic seconds)."""
+        self._times.append((now_s, reason))
+        self._last = (reason, message)
+        self._prune(now_s)
+
+    def held(self, now_s: float) -> HeldRefusals | None:
+        """Return the refusals of the `hold_s` seconds before `now_s`; None when there were none."""
+        self._prune(now_s)
+        if not self._times:
+            return None
+        counts: dict[str, int] = {}
+        for _, reason in self._times:
+            counts[reason] = counts.get(reason, 0) + 1
+        ordered = dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+        return HeldRefusals(*self._last, ordered, self.hold_s)
+
+    def _prune(self, now_s: float) -> None:
+        while self._times and self._times[0][0] <= now_s - self.hold_s:
+            self._times.popleft()
+
+
 def judge_rate(rate: Rate, expected_hz: float, tolerance: float) -> tuple[int, str]:
     """Level and message of a measured rate against `expected_hz` +- `tolerance` (a fraction).
 

@@ -46,6 +46,8 @@ NODE_NAME = 'alpamayo_offload_node'
 SEQUENCES = ('vit', 'lm', 'expert')
 MAX_AUTO_DECODE_THREADS = 16   # 4 cameras x 4 frames (2 Super's six cameras: 24 frames)
 PLAN_PREFIX = 'plan.'
+# inference.executor's choices; ros/executor.py maps each to its rclpy class
+EXECUTORS = ('events', 'single')
 ROS_OWN = frozenset({'use_sim_time', 'start_type_description_service'})
 ROS_OWN_PREFIXES = ('qos_overrides.',)
 
@@ -201,8 +203,9 @@ _SPECS = (
        "selected); false: decode the selected frames when an inference starts", restart=True),
     _p('images.decode_ahead_processes', _B, True, 'decode ahead in worker processes (one per '
        "decode-ahead thread; frames go by pipe), so the decodes take none of the node's "
-       'interpreter lock (GIL) from the inference; a failed worker is replaced and its frame '
-       'decoded when selected; false: in threads of the node', restart=True),
+       'interpreter lock (GIL) from the inference; a failed worker is replaced (with a '
+       'back-off while it keeps failing) and its frame decoded when selected; none with '
+       "images.decoder 'gpu'; false: in threads of the node", restart=True),
     _p('images.decode_ahead_min_interval_s', _F, 0.08, 'decode ahead a frame only if no frame '
        'of its camera within this interval already is (the model takes frames 0.1 s apart); 0: '
        'every frame, which cameras above ~12 Hz need for their frames to be ready',
@@ -261,7 +264,7 @@ _SPECS = (
        'CPU it costs the Python executor, and so the inference thread, which needs the '
        "interpreter between its GPU launches, loses less to odometry and camera callbacks) or "
        "'single' (rclpy's SingleThreadedExecutor; also where rclpy has no EventsExecutor)",
-       choices=('events', 'single'), restart=True),
+       choices=EXECUTORS, restart=True),
     _p('inference.raw_messages', _B, True, 'take cameras and odometry as serialized CDR and read '
        'the fields the node uses with struct (a few us of interpreter time per message instead '
        "of rclpy's message objects, ~50 us per odometry message, which the inference thread "

@@ -13,9 +13,11 @@ limit, end marker: the named `InputError`s stay the same) and hands the worker a
 (bytes, DCT scale, target size, Pillow filter); the worker runs `run_pixel_job`, so the pixels
 are those of a decode in the caller, byte for byte. A payload the worker's codec rejects comes
 back as a message and becomes `image_corrupt` as in the caller. A worker that dies, closes its
-pipe or takes longer than `timeout_s` is killed and replaced, and the job raises
-`PixelWorkerError` (the frame is then decoded in the caller when selected); the fault is
-counted and the last one kept for diagnostics (`decode_worker_failed`).
+pipe or takes longer than `timeout_s` is killed and the job raises `PixelWorkerError` (the
+frame is then decoded in the caller when selected); the fault is counted and the last one kept
+for diagnostics (`decode_worker_failed`). The worker is replaced at once after a job that ran,
+and with a doubling back-off after failures in a row (`DecodeWorkers`), so a worker that cannot
+start is not restarted on every frame.
 
 Wire format (little-endian): request `<IBIIb` (payload bytes, reduction, target height, width,
 Pillow filter or -1) + payload; reply `<BII` (status 0, height, width) + height x width x 3
@@ -36,6 +38,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
@@ -51,8 +54,8 @@ _REPLY = struct.Struct('<BII')
 _OK, _ERROR = 0, 1
 _PIPE_BYTES = 1 << 20
 # not `-m` this module: the package's __init__ has imported it by then (runpy warns)
-_WORKER_MAIN = 'import sys; from alpamayo_offload.assembly.decode_workers import main; ' \
-    'sys.exit(main())'
+WORKER_COMMAND = (sys.executable, '-c', 'import sys; from alpamayo_offload.assembly.'
+                  'decode_workers import main; sys.exit(main())')
 
 
 def _widen(pipe: BinaryIO | None) -> None:
@@ -100,8 +103,8 @@ def serve(requests: BinaryIO, replies: BinaryIO) -> None:
 class _Worker:
     """One worker process and its two pipes (unbuffered: `select` sees what is unread)."""
 
-    def __init__(self) -> None:
-        self.proc = subprocess.Popen([sys.executable, '-c', _WORKER_MAIN],
+    def __init__(self, command: Sequence[str]) -> None:
+        self.proc = subprocess.Popen(command,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
         for pipe in (self.proc.stdin, self.proc.stdout):
             _widen(pipe)
@@ -166,94 +169,188 @@ class _Worker:
                 self.proc.stdout.close()
 
 
-@dataclass
+@dataclass(frozen=True)
 class WorkerFaults:
-    """Jobs a worker could not run (the worker was replaced each time)."""
+    """What went wrong with the workers so far, and which places wait to restart one."""
 
-    count: int = 0
-    last: str = ''
+    count: int = 0             # worker failures: deaths, stalls, starts that failed
+    last: str = ''             # the last failure, named
+    restarts: int = 0          # workers started after a failure
+    backing_off: int = 0       # places without a worker, waiting out their back-off
+    retry_in_s: float = 0.0    # until the soonest of those may start one (0: none waits)
+
+
+@dataclass
+class _Slot:
+    """One worker place: its process (None while backing off) and its restart back-off."""
+
+    index: int
+    worker: _Worker | None
+    failures: int = 0          # in a row, since its last job that ran
+    retry_at: float = 0.0      # clock time from which it may start a worker
 
 
 class DecodeWorkers:
     """`count` worker processes; `run` is a `decode_image` `pixels` function for many threads.
 
-    A calling thread takes an idle worker (waiting, GIL released, while all are busy), so up to
-    `count` jobs run at once. `close` stops them; a `run` after it raises `PixelWorkerError`.
+    A calling thread takes an idle worker place (waiting, GIL released, while all are busy), so
+    up to `count` jobs run at once. `close` stops them; a `run` after it raises
+    `PixelWorkerError`.
+
+    Restart back-off, per place: the first failure after a job that ran replaces the worker at
+    once (a worker killed by accident costs no frame more); each further failure in a row waits
+    twice as long before the next start, from `backoff_s[0]` up to `backoff_s[1]`, so a worker
+    that dies on start (a broken codec in a fresh interpreter, say) costs a process start at
+    most every `backoff_s[1]` instead of one per frame. A job handed to a place that waits is
+    refused at once with `PixelWorkerError` (the frame is decoded in the caller, never lost and
+    never judged corrupt); a job that runs in a worker, even one whose payload it rejects,
+    clears the place's failures. `command` and `clock` exist for tests (a worker that dies on
+    start; back-off without sleeping).
     """
 
-    def __init__(self, count: int, timeout_s: float = 10.0) -> None:
+    def __init__(self, count: int, timeout_s: float = 10.0,
+                 backoff_s: tuple[float, float] = (0.5, 30.0),
+                 command: Sequence[str] = WORKER_COMMAND,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         if count < 1:
             raise ValueError(f'count = {count} decode workers; need at least 1')
         if timeout_s <= 0:
             raise ValueError(f'timeout_s = {timeout_s}; must be > 0')
+        if not 0 < backoff_s[0] <= backoff_s[1]:
+            raise ValueError(f'backoff_s = {backoff_s}; need 0 < first <= longest')
         self._timeout_s = timeout_s
-        self._idle: queue.SimpleQueue[_Worker] = queue.SimpleQueue()
-        self._all: list[_Worker] = []
+        self._backoff_s = backoff_s
+        self._command = list(command)
+        self._clock = clock
+        self._idle: queue.SimpleQueue[_Slot] = queue.SimpleQueue()
+        self._slots: list[_Slot] = []
         self._lock = threading.Lock()
         self._closed = False
-        self.faults = WorkerFaults()
+        self._count, self._last, self._restarts = 0, '', 0
         try:
-            for _ in range(count):
-                self._add(_Worker())
+            for i in range(count):
+                self._slots.append(_Slot(i, _Worker(self._command)))
         except OSError:
             self.close()
             raise
+        for slot in self._slots:
+            self._idle.put(slot)
+
+    @property
+    def faults(self) -> WorkerFaults:
+        """The failures so far and the back-off now (a snapshot for diagnostics)."""
+        now = self._clock()
+        with self._lock:
+            waits = [s.retry_at - now for s in self._slots if s.worker is None]
+            return WorkerFaults(self._count, self._last, self._restarts, len(waits),
+                                max(0.0, min(waits, default=0.0)))
 
     def run(self, job: PixelJob) -> np.ndarray:
         """Decode + resize `job` in a worker; `ConversionError` for a payload it rejects."""
-        worker = self._idle.get()
+        slot = self._take()
         try:
-            if self._closed:
-                raise PixelWorkerError('the decode workers are closed')
-            return worker.run(job, self._timeout_s)
-        except ConversionError:       # the payload, not the worker (a ValueError too)
-            raise
-        except (OSError, EOFError, TimeoutError, ValueError, struct.error) as err:
-            worker = self._replace(worker, err)
-            raise PixelWorkerError(f'{DECODE_WORKER_FAILED}: {err}') from err
+            worker = self._worker_of(slot)
+            try:
+                out = worker.run(job, self._timeout_s)
+            except ConversionError:   # the payload, not the worker (a ValueError too)
+                slot.failures = 0
+                raise
+            except (OSError, EOFError, TimeoutError, ValueError, struct.error) as err:
+                self._failed(slot, worker, err)
+                raise PixelWorkerError(f'{DECODE_WORKER_FAILED}: {err}') from err
+            slot.failures = 0
+            return out
         finally:
-            self._idle.put(worker)
+            self._idle.put(slot)
 
     def pids(self) -> list[int]:
-        """Process ids of the current workers."""
+        """Process ids of the current workers (none for a place that is backing off)."""
         with self._lock:
-            return [w.proc.pid for w in self._all]
+            return [s.worker.proc.pid for s in self._slots if s.worker is not None]
 
     def close(self) -> None:
         """Stop every worker (a job running finishes or fails first)."""
         with self._lock:
             self._closed = True
-            workers, self._all = self._all, []
+            workers = [s.worker for s in self._slots if s.worker is not None]
+            for slot in self._slots:
+                slot.worker = None
         for worker in workers:
             worker.stop()
 
-    def _add(self, worker: _Worker) -> None:
-        with self._lock:
-            self._all.append(worker)
-        self._idle.put(worker)
+    def _take(self) -> _Slot:
+        """Take an idle place: one with a worker or free to start one, if any such is idle."""
+        slot = self._idle.get()
+        now = self._clock()
+        for _ in range(len(self._slots) - 1):
+            if slot.worker is not None or now >= slot.retry_at:
+                break
+            try:
+                other = self._idle.get_nowait()
+            except queue.Empty:
+                break
+            self._idle.put(slot)
+            slot = other
+        return slot
 
-    def _replace(self, worker: _Worker, err: BaseException) -> _Worker:
-        """Kill a failed worker, count the fault, start its successor (unless closed)."""
+    def _worker_of(self, slot: _Slot) -> _Worker:
+        """Return the place's worker, started if its back-off is over; else `PixelWorkerError`."""
+        with self._lock:
+            if self._closed:
+                raise PixelWorkerError('the decode workers are closed')
+            if slot.worker is not None:
+                return slot.worker
+            left = slot.retry_at - self._clock()
+            if left > 0:
+                raise PixelWorkerError(
+                    f'{DECODE_WORKER_FAILED}: decode worker {slot.index} is backing off: '
+                    f'restart in {left:.1f} s after {slot.failures} failures in a row '
+                    f'(last: {self._last})')
+            return self._start(slot)
+
+    def _start(self, slot: _Slot) -> _Worker:
+        """Start the place's worker (caller holds the lock); a failed start backs it off."""
+        try:
+            slot.worker = _Worker(self._command)
+        except OSError as err:
+            self._count_failure(slot, f'restart failed: {type(err).__name__}: {err}')
+            raise PixelWorkerError(f'{DECODE_WORKER_FAILED}: decode worker {slot.index} did '
+                                   f'not restart: {err}') from err
+        self._restarts += 1
+        return slot.worker
+
+    def _failed(self, slot: _Slot, worker: _Worker, err: BaseException) -> None:
+        """Kill a failed worker, count the fault, replace it now or when its back-off ends."""
         worker.proc.kill()
         worker.stop()
         with self._lock:
-            self.faults.count += 1
-            self.faults.last = f'{type(err).__name__}: {err}'
-            if worker in self._all:
-                self._all.remove(worker)
+            slot.worker = None
+            self._count_failure(slot, f'{type(err).__name__}: {err}')
             if self._closed:
-                return worker
+                return
+            if slot.retry_at > self._clock():
+                LOG.warning('%s: decode worker %d (pid %d) failed: %s; restart in %.1f s',
+                            DECODE_WORKER_FAILED, slot.index, worker.proc.pid, self._last,
+                            slot.retry_at - self._clock())
+                return
             try:
-                fresh = _Worker()
-            except OSError as start_err:   # the next job on `worker` fails the same way
-                self.faults.last += f'; restart failed: {start_err}'
-                LOG.warning('%s: decode worker %d failed; restart failed (%s)',
-                            DECODE_WORKER_FAILED, worker.proc.pid, start_err)
-                return worker
-            self._all.append(fresh)
-        LOG.warning('%s: decode worker %d failed (%s); replaced by %d', DECODE_WORKER_FAILED,
-                    worker.proc.pid, self.faults.last, fresh.proc.pid)
-        return fresh
+                fresh = self._start(slot)
+            except PixelWorkerError:
+                LOG.warning('%s: decode worker %d (pid %d) failed; %s', DECODE_WORKER_FAILED,
+                            slot.index, worker.proc.pid, self._last)
+                return
+        LOG.warning('%s: decode worker %d (pid %d) failed (%s); replaced by pid %d',
+                    DECODE_WORKER_FAILED, slot.index, worker.proc.pid, self._last,
+                    fresh.proc.pid)
+
+    def _count_failure(self, slot: _Slot, what: str) -> None:
+        """Count a failure of `slot` and set its back-off (caller holds the lock)."""
+        self._count += 1
+        self._last = what
+        slot.failures += 1
+        first, longest = self._backoff_s
+        wait = 0.0 if slot.failures == 1 else min(first * 2 ** (slot.failures - 2), longest)
+        slot.retry_at = self._clock() + wait
 
 
 def main() -> int:

@@ -2,7 +2,8 @@
 
 Statuses (named `<node>: <task>`): `model` (lifecycle state, load result, plan in force, memory),
 `inference` (can a path be produced now, and the last inference's stages), `input` (the last
-input evaluation's reason), `path rate` (published paths per second against 1 /
+input evaluation's reason; a refusal for broken data stays for `app.health.REFUSAL_HOLD_S`
+after the last one, with counts per reason), `path rate` (published paths per second against 1 /
 inference.period_s), `input age` (per stream: time since the newest header stamp), `input rates`
 (per stream receive rate, so DDS losses show), `timing` (per stage: last, p50, p90 over a
 window), `navigation` (the route text now and the one the last inference used), `questions`
@@ -20,7 +21,16 @@ from typing import TYPE_CHECKING, Any
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from std_msgs.msg import Header
 
-from ..app.health import ERROR, OK, WARN, Rate, judge_ages, judge_rate, judge_stream_rates
+from ..app.health import (
+    ERROR,
+    OK,
+    WARN,
+    Rate,
+    RefusalWindow,
+    judge_ages,
+    judge_rate,
+    judge_stream_rates,
+)
 from ..app.route import (
     ROUTE_CLEARED,
     ROUTE_FRESH,
@@ -29,6 +39,7 @@ from ..app.route import (
     ROUTE_UNSUPPORTED,
     RouteChoice,
 )
+from ..assembly import WorkerFaults
 from ..assembly import errors as input_errors
 from .conversions import ns_to_time
 
@@ -87,6 +98,7 @@ class NodeStatus:
     input_message: str = 'no tick yet'
     input_reason: str = ''                # reason code of the reported evaluation; '' = valid
     input_serial: int = 0                 # which evaluation the input status reports
+    refusals: RefusalWindow = field(default_factory=RefusalWindow)   # broken input, held
     inference_level: int = WARN           # outcome of the last evaluation while active
     inference_message: str = 'no inference yet'
     routes_received: int = 0
@@ -118,6 +130,11 @@ class NodeStatus:
         self.input_serial = serial
         self.input_level, self.input_message, self.input_reason = level, message, reason
 
+    def refused(self, level: int, message: str, reason: str, now_s: float) -> None:
+        """Hold a refusal for broken data (ERROR) in the input status (`RefusalWindow`)."""
+        if level >= ERROR:
+            self.refusals.record(reason, message, now_s)
+
     def no_path(self, level: int, reason: str) -> None:
         """Record that the last evaluation produced no path, and why."""
         self.inference_level, self.inference_message = level, f'no path: {reason}'
@@ -138,11 +155,12 @@ class Snapshot:
     timed_inferences: int             # inferences the timing covers
     gpu_memory: Mapping[str, int]
     plan_info: Mapping[str, Any]
+    monotonic_s: float                # now, on the clock of `NodeStatus.refusals`
     route: RouteChoice = RouteChoice(None, ROUTE_NONE)   # the rule applied now
     navigation_max_age_s: float = 0.0
     questions_pending: int = 0
     plan_check: tuple[int, str, Mapping[str, Any]] | None = None   # `PlanMonitor.judge()`
-    decode_worker_faults: tuple[int, str] = (0, '')   # jobs decode workers failed; the last
+    decode_worker_faults: WorkerFaults = WorkerFaults()   # and their restart back-off
 
 
 def input_level(reason: str) -> int:
@@ -257,6 +275,31 @@ def _questions(st: NodeStatus, snap: Snapshot) -> tuple[int, str, dict[str, Any]
     return st.question_level, st.question_message, values
 
 
+def _input(st: NodeStatus, snap: Snapshot) -> tuple[int, str, dict[str, Any]]:
+    """Report the last evaluation, and broken input refused within the hold window (ERROR)."""
+    level, message = st.input_level, st.input_message
+    values = {'reason': st.input_reason, 'messages_refused': st.messages_refused}
+    held = st.refusals.held(snap.monotonic_s)
+    values['refusal_hold_s'] = st.refusals.hold_s
+    values['refused_in_hold'] = sum(held.counts.values()) if held else 0
+    if held is not None:
+        counts = ', '.join(f'{r} x{n}' for r, n in held.counts.items())
+        message = f'{held.message if level == OK else message} (refused in the last ' \
+                  f'{held.hold_s:g} s: {counts})'
+        level = ERROR
+        values |= {'last_refusal_reason': held.reason,
+                   **{f'refused_in_hold.{r}': n for r, n in held.counts.items()}}
+    return level, message, {**values, **_worker_values(snap.decode_worker_faults)}
+
+
+def _worker_values(faults: WorkerFaults) -> dict[str, Any]:
+    """Name the decode workers' failures and back-off (`images.decode_ahead_processes`)."""
+    return {'decode_worker_faults': faults.count, 'decode_worker_last_fault': faults.last,
+            'decode_worker_restarts': faults.restarts,
+            'decode_workers_backing_off': faults.backing_off,
+            'decode_worker_retry_in_s': faults.retry_in_s}
+
+
 def build(node_name: str, stamp_ns: int, st: NodeStatus, snap: Snapshot) -> DiagnosticArray:
     """Build the node's statuses for one diagnostics period (see the module docstring)."""
     counters = {'ticks': st.ticks, 'ticks_dropped': st.ticks_dropped, 'inferences': st.inferences,
@@ -267,10 +310,7 @@ def build(node_name: str, stamp_ns: int, st: NodeStatus, snap: Snapshot) -> Diag
     tasks: list[tuple[str, tuple[int, str, Mapping[str, Any]]]] = [
         ('model', _model(st, snap)),
         ('inference', (*_inference(st), {**st.stages, **counters})),
-        ('input', (st.input_level, st.input_message,
-                   {'reason': st.input_reason, 'messages_refused': st.messages_refused,
-                    'decode_worker_faults': snap.decode_worker_faults[0],
-                    'decode_worker_last_fault': snap.decode_worker_faults[1]})),
+        ('input', _input(st, snap)),
         ('path rate', _path_rate(st, snap)),
         ('input age', age),
         ('input rates', rates),

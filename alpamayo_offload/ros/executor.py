@@ -10,12 +10,35 @@ EventsExecutor (C++) spends about a third of that interpreter time per message.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping
 
 from rclpy.context import Context
 from rclpy.executors import Executor, SingleThreadedExecutor
 
+from ..app.schema import EXECUTORS
+
 _LOG = logging.getLogger(__name__)
-EXECUTORS = ('events', 'single')
+_FALLBACK = 'single'
+
+
+def _events(context: Context) -> Executor:
+    """Make rclpy's EventsExecutor (C++); `ImportError` where this rclpy has none."""
+    from rclpy.experimental import EventsExecutor
+
+    return EventsExecutor(context=context)
+
+
+def _single(context: Context) -> Executor:
+    """Make rclpy's SingleThreadedExecutor (Python)."""
+    return SingleThreadedExecutor(context=context)
+
+
+# How each `inference.executor` choice is made (the names: `app.schema.EXECUTORS`); the
+# EventsExecutor is imported when made: it is experimental and missing from older rclpy.
+EXECUTOR_MAKERS: Mapping[str, Callable[[Context], Executor]] = {
+    'events': _events,
+    'single': _single,
+}
 
 
 def make_executor(kind: str, context: Context) -> tuple[Executor, str]:
@@ -23,14 +46,11 @@ def make_executor(kind: str, context: Context) -> tuple[Executor, str]:
 
     'events' falls back to 'single' (with a warning) where this rclpy has no EventsExecutor.
     """
-    if kind not in EXECUTORS:
+    if kind not in EXECUTOR_MAKERS:
         raise ValueError(f'inference.executor {kind!r}: one of {EXECUTORS}')
-    if kind == 'events':
-        try:
-            from rclpy.experimental import EventsExecutor
-        except ImportError as err:
-            _LOG.warning('inference.executor events: rclpy has no EventsExecutor (%s); '
-                         'using the SingleThreadedExecutor', err)
-        else:
-            return EventsExecutor(context=context), 'events'
-    return SingleThreadedExecutor(context=context), 'single'
+    try:
+        return EXECUTOR_MAKERS[kind](context), kind
+    except ImportError as err:
+        _LOG.warning('inference.executor %s: not in this rclpy (%s); using %s', kind, err,
+                     _FALLBACK)
+        return EXECUTOR_MAKERS[_FALLBACK](context), _FALLBACK

@@ -59,7 +59,7 @@ from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profi
 from sensor_msgs.msg import CompressedImage, Image
 from std_msgs.msg import Float64, String
 
-from ..app.config import NodeConfig, config_from_values, jpeg_decoder
+from ..app.config import NodeConfig, config_from_values, decode_workers_for, jpeg_decoder
 from ..app.engine_loader import LoadedEngine, load_engine, warm_up
 from ..app.errors import ParameterError
 from ..app.health import EventRate, PlanMonitor, StageTimings, StreamMonitor
@@ -76,6 +76,7 @@ from ..assembly import (
     InputError,
     Selection,
     StampedBuffer,
+    WorkerFaults,
     check_resolution,
     decode_selection,
     run_pixel_job,
@@ -201,9 +202,12 @@ class AlpamayoOffloadNode(LifecycleNode):
         ahead_pool = ThreadPoolExecutor(ahead, thread_name_prefix='decode-ahead') \
             if cfg.decode_ahead else None
         workers = None
-        if cfg.decode_ahead and cfg.decode_ahead_processes:
+        processes, why_none = decode_workers_for(cfg)
+        if why_none:
+            self.get_logger().info(why_none)
+        if processes:
             try:
-                workers = DecodeWorkers(ahead)
+                workers = DecodeWorkers(processes)
             except OSError as err:   # e.g. out of processes or fds: decode in threads instead
                 self.get_logger().warning(
                     f'{DECODE_WORKER_FAILED}: decode workers did not start ({err}); decoding '
@@ -356,6 +360,7 @@ class AlpamayoOffloadNode(LifecycleNode):
         with self._lock:
             self._status.messages_refused += 1
             self._status.report_input(self._serial, diag.ERROR, f'{stream}: {err}', err.reason)
+            self._status.refused(diag.ERROR, f'{stream}: {err}', err.reason, time.monotonic())
         self.get_logger().warning(f'{stream}: message refused: {err}',
                                   throttle_duration_sec=2.0)
 
@@ -419,6 +424,7 @@ class AlpamayoOffloadNode(LifecycleNode):
             self._status.input_errors += 1
             self._status.last_skip_reason = err.reason
             self._status.report_input(serial, level, str(err), err.reason)
+            self._status.refused(level, str(err), err.reason, time.monotonic())
             self._status.no_path(level, f'{err.reason}: {err}')
         self.get_logger().warning(str(err), throttle_duration_sec=2.0)
 
@@ -548,6 +554,7 @@ class AlpamayoOffloadNode(LifecycleNode):
             input_rates=self._streams.rates(time.monotonic()),
             timing=self._timings.summary(), timed_inferences=self._timings.count,
             gpu_memory=_gpu_memory(cfg.engine.device), plan_info=cfg.plan_info,
+            monotonic_s=time.monotonic(),
             route=self._route_now(now), navigation_max_age_s=cfg.navigation_max_age_s,
             questions_pending=len(self._questions), plan_check=self._plan_monitor.judge(),
             decode_worker_faults=_worker_faults(self._conf))
@@ -606,12 +613,11 @@ def _ahead_cpu_ms_per_frame(conf: _Configured) -> float:
     return sum(st.cpu_s for st in stats) * 1e3 / decoded if decoded else float('nan')
 
 
-def _worker_faults(conf: _Configured | None) -> tuple[int, str]:
-    """Jobs the decode workers failed so far and the last failure (none without workers)."""
+def _worker_faults(conf: _Configured | None) -> WorkerFaults:
+    """Return the decode workers' failures so far and back-off now (none without workers)."""
     if conf is None or conf.ahead_workers is None:
-        return 0, ''
-    faults = conf.ahead_workers.faults
-    return faults.count, faults.last
+        return WorkerFaults()
+    return conf.ahead_workers.faults
 
 
 def _gpu_memory(device: str) -> dict[str, int]:

@@ -11,6 +11,7 @@ from alpamayo_offload.app.health import (
     WARN,
     EventRate,
     PlanMonitor,
+    RefusalWindow,
     RollingWindow,
     StageTimings,
     StreamMonitor,
@@ -112,3 +113,23 @@ def test_plan_monitor_without_predictions_says_so_and_ignores_bad_values() -> No
     assert level == WARN and 'total 200.0 ms' in message and 'decode.over' not in values
     with pytest.raises(ValueError, match='tolerance'):
         PlanMonitor({}, 3, 0.0)
+
+
+def test_a_refusal_is_held_with_counts_per_reason_until_the_window_passes_without_one() -> None:
+    window = RefusalWindow(hold_s=5.0)
+    assert window.held(100.0) is None
+    window.record('odometry_nonfinite', 'odometry: NaN', 100.0)
+    window.record('image_corrupt', 'camera_0: bad JPEG', 101.0)
+    window.record('image_corrupt', 'camera_1: bad JPEG', 102.0)
+    held = window.held(104.9)   # good inputs in between change nothing
+    assert held is not None and held.reason == 'image_corrupt'
+    assert held.message == 'camera_1: bad JPEG' and held.hold_s == 5.0
+    assert list(held.counts.items()) == [('image_corrupt', 2), ('odometry_nonfinite', 1)]
+    held = window.held(105.5)   # the odometry refusal left the window
+    assert held is not None and dict(held.counts) == {'image_corrupt': 2}
+    assert window.held(107.0) is None   # 5 s without a refusal: cleared
+    window.record('image_corrupt', 'again', 200.0)
+    held = window.held(200.0)
+    assert held is not None and dict(held.counts) == {'image_corrupt': 1}
+    with pytest.raises(ValueError, match='hold_s'):
+        RefusalWindow(0.0)

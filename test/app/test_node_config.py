@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from alpamayo_offload.app import schema
-from alpamayo_offload.app.config import config_from_values
+from alpamayo_offload.app.config import config_from_values, decode_workers_for
 from alpamayo_offload.app.errors import ParameterError
 from alpamayo_offload.engine import EngineConfig
 
@@ -75,3 +75,19 @@ def test_auto_decodes_jpeg_on_the_cpu(device: str, decoder: str, chosen: str) ->
 def test_gpu_decoder_needs_a_cuda_device() -> None:
     with pytest.raises(ParameterError, match='images.decoder'):
         config_from_values({'device': 'cpu', 'images.decoder': 'gpu'})
+
+
+@pytest.mark.parametrize(('values', 'processes', 'why'), [
+    ({}, 'threads', ''),                                   # the defaults: a worker per thread
+    ({'device': 'cuda', 'images.decoder': 'auto'}, 'threads', ''),   # 'auto' is the CPU
+    ({'device': 'cuda', 'images.decoder': 'cpu'}, 'threads', ''),
+    ({'device': 'cuda', 'images.decoder': 'gpu'}, 0, "images.decoder 'gpu'"),
+    ({'images.decode_ahead_processes': False}, 0, ''),     # threads, as asked: nothing to say
+    ({'images.decode_ahead': False}, 0, ''),
+])
+def test_no_decode_worker_processes_with_the_gpu_decoder(
+        values: dict[str, object], processes: int | str, why: str) -> None:
+    cfg = config_from_values({'images.decode_threads': 2, **values})
+    count, reason = decode_workers_for(cfg)
+    assert count == (min(2, len(cfg.cameras)) if processes == 'threads' else processes)
+    assert (why in reason) if why else reason == ''

@@ -106,8 +106,9 @@ def test_workers_start_at_configure_report_faults_and_stop_at_cleanup() -> None:
             except PixelWorkerError:
                 failed += 1
         assert failed == 1
-        count, last = node_module._worker_faults(conf)
-        assert count == 1 and last
+        faults = node_module._worker_faults(conf)
+        assert faults.count == 1 and faults.last and faults.restarts == 1
+        assert faults.backing_off == 0
         now = conf.ahead_workers.pids()
         node.trigger_cleanup()
         assert node._conf is None
