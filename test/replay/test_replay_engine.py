@@ -98,10 +98,10 @@ def test_ctrl_c_keeps_samples_and_resume_finishes(bag_factory, tmp_path: Path) -
     remaps = [f'--remap=~/input/camera_{s}/image:={drive.topic_for(s)}'
               for s in drive.camera_slots] + [f'--remap=~/input/odometry:={drive.odom_topic}']
     cmd = [sys.executable, '-m', 'alpamayo_offload.cli', 'replay', str(bag), '--params',
-           str(NODE_YAML), '--params', str(fast), *remaps, '--rate', '10', '--out', str(out),
+           str(NODE_YAML), '--params', str(fast), *remaps, '--rate', '5', '--out', str(out),
            '--bev-plots', '0']
-    # 10 Hz: enough samples (~80) that the run is still going when the interrupt lands, however
-    # fast the machine scores them.
+    # 5 Hz: enough samples (~40) that the run is still going when the interrupt lands (polled
+    # every 50 ms), however fast the machine scores them.
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     store = out / 'samples.jsonl'
     deadline = time.monotonic() + 120

@@ -7,12 +7,15 @@ heavy imports, and signalling at once.
 """
 from __future__ import annotations
 
+import functools
+import os
 import signal
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
@@ -20,6 +23,7 @@ import rclpy
 from rclpy.node import Node
 
 from alpamayo_offload.app.synthetic_drive import DriveConfig, write_drive
+from testkit.side_by_side import run_side_by_side
 
 pytestmark = [
     pytest.mark.slow,
@@ -37,9 +41,9 @@ DRIVE = DriveConfig(duration_s=6.0)
 class Proc:
     """A subprocess with its merged output collected by a thread."""
 
-    def __init__(self, cmd: list[str]) -> None:
+    def __init__(self, cmd: list[str], env: dict[str, str] | None = None) -> None:
         self.popen = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                      text=True)
+                                      text=True, env=env)
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -100,12 +104,36 @@ def test_node_stops_cleanly_during_start_up_imports(command: tuple[str, ...],
     assert 'ready' not in output, 'the signal came after start-up, not during the imports'
 
 
-@pytest.mark.parametrize('command', [NODE_MODULE, NODE_SCRIPT], ids=['module', 'script'])
-@pytest.mark.parametrize('signum', [signal.SIGINT, signal.SIGTERM], ids=['SIGINT', 'SIGTERM'])
-def test_node_stops_cleanly_once_running(command: tuple[str, ...], signum: int) -> None:
-    proc = Proc(list(command))
+COMMANDS = {'module': NODE_MODULE, 'script': NODE_SCRIPT}
+SIGNALS = {'SIGINT': signal.SIGINT, 'SIGTERM': signal.SIGTERM}
+
+
+def _stopped_once_running(command: tuple[str, ...], signum: int, domain: int) -> tuple[int, str]:
+    """Start the node (in ROS domain `domain`), signal it once its model is ready; its end."""
+    proc = Proc(list(command), env={**os.environ, 'ROS_DOMAIN_ID': str(domain)})
     proc.wait_until(lambda: 'ready' in proc.output, 'model ready')
-    assert_clean(*proc.stop(signum))
+    return proc.stop(signum)
+
+
+@pytest.fixture(scope='module')
+def stopped_once_running(request: pytest.FixtureRequest
+                         ) -> dict[tuple[str, str], Future[tuple[int, str]]]:
+    """The selected cases of the test below, two at a time (`testkit.side_by_side`): each node
+    mostly waits on its start-up imports, and each has its own ROS domain."""
+    cases = [(item.callspec.params['command'], item.callspec.params['signum'])
+             for item in request.session.items
+             if getattr(item, 'module', None) is request.module
+             and getattr(item, 'originalname', '') == 'test_node_stops_cleanly_once_running']
+    return run_side_by_side({case: functools.partial(_stopped_once_running, COMMANDS[case[0]],
+                                                     SIGNALS[case[1]]) for case in cases})
+
+
+@pytest.mark.parametrize('command', list(COMMANDS))
+@pytest.mark.parametrize('signum', list(SIGNALS))
+def test_node_stops_cleanly_once_running(
+        stopped_once_running: dict[tuple[str, str], Future[tuple[int, str]]],
+        command: str, signum: str) -> None:
+    assert_clean(*stopped_once_running[command, signum].result())
 
 
 @pytest.mark.parametrize('signum', [signal.SIGINT, signal.SIGTERM], ids=['SIGINT', 'SIGTERM'])

@@ -103,6 +103,9 @@ FAULT_CASES = {
     'camera_missing': (DriveConfig(camera_slots=(0, 1, 2)), 'camera_missing'),
     'stale_after_end': (DriveConfig(), 'input_stale'),
 }
+# Fault cases on the plain drive (no fault, no dropout): the 'paths' session is that very drive
+# (same bag, same parameters), so their test reads it instead of running it again.
+PLAIN_DRIVE_FAULTS = {case for case, (drive, _) in FAULT_CASES.items() if drive == DriveConfig()}
 
 
 # One camera family each: packed YUV, Bayer, 16-bit, image_transport's compressed format string.
@@ -125,12 +128,18 @@ def _encoding_drive(name: str) -> DriveConfig:
     return DriveConfig(**{**ENCODING_DRIVES[name].__dict__, 'duration_s': 3.0})
 
 
-# The session each test reads from `drives` (a parametrized test: one per parameter).
+def _fault_session(case: str) -> str:
+    return 'paths' if case in PLAIN_DRIVE_FAULTS else f'fault {case}'
+
+
+# The session each test reads from `drives` (a parametrized test: one per parameter). The slow
+# decode warning and the plan's stage warning are reported in different statuses ('input' and
+# 'plan'), so one session with both settings serves both tests.
 SESSION_OF = {
     'test_paths_stamped_with_t0_in_frame_with_all_stage_keys': lambda _: 'paths',
-    'test_bad_input_gives_diagnostic_and_node_survives': lambda p: f"fault {p['case']}",
+    'test_bad_input_gives_diagnostic_and_node_survives': lambda p: _fault_session(p['case']),
     'test_camera_encoding_families_give_paths': lambda p: f"encoding {p['name']}",
-    'test_slow_frame_decode_is_warned_and_inference_goes_on': lambda _: 'slow decode',
+    'test_slow_frame_decode_is_warned_and_inference_goes_on': lambda _: 'plan warn',
     'test_stages_over_the_plans_prediction_warn_in_the_plan_status': lambda _: 'plan warn',
 }
 
@@ -140,9 +149,6 @@ def _session_job(name: str) -> Callable[[Path, int], SessionResult]:
     kind, _, case = name.partition(' ')
     if name == 'paths':
         return lambda where, domain: session(where, DriveConfig(duration_s=4.0), domain)
-    if name == 'slow decode':
-        return lambda where, domain: session(where, DriveConfig(duration_s=3.0), domain,
-                                             **{'images.decode_warn_ms': '0.001'})
     if name == 'plan warn':
         return _plan_warn_session
     drive = _fault_drive(case) if kind == 'fault' else _encoding_drive(case)
@@ -174,7 +180,7 @@ def drives(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
 def test_bad_input_gives_diagnostic_and_node_survives(drives: dict[str, Future[SessionResult]],
                                                       case: str) -> None:
     _, reason = FAULT_CASES[case]
-    res = drives[f'fault {case}'].result()
+    res = drives[_fault_session(case)].result()
     assert res.node_alive_at_end, res.node_output[-3000:]
     hits = [s for s in res.status('input') if s.values.get('reason') == reason]
     assert hits, (sorted({s.values.get('reason') for s in res.status('input')}),
@@ -195,7 +201,7 @@ def test_camera_encoding_families_give_paths(drives: dict[str, Future[SessionRes
 
 def test_slow_frame_decode_is_warned_and_inference_goes_on(
         drives: dict[str, Future[SessionResult]]) -> None:
-    res = drives['slow decode'].result()
+    res = drives['plan warn'].result()
     assert res.node_alive_at_end, res.node_output[-3000:]
     slow = [s for s in res.status('input') if s.values.get('reason') == 'image_decode_slow']
     assert slow and all(s.level == 1 and 'images.decode_warn_ms' in s.message for s in slow)
@@ -205,7 +211,8 @@ def test_slow_frame_decode_is_warned_and_inference_goes_on(
 
 
 def _plan_warn_session(tmp_path: Path, domain_id: int) -> SessionResult:
-    """A session with a plan file predicting far less than the CPU delivers."""
+    """A session with a plan file predicting far less than the CPU delivers, and a decode warning
+    threshold every frame exceeds."""
     plan = tmp_path / 'plan.yaml'
     write_plan_params(plan, PlanParams(predicted_ms=dict.fromkeys(PREDICTED_STAGES, 1e-3),
                                        cpu_budget='a CPU far faster than this one'))
@@ -214,7 +221,8 @@ def _plan_warn_session(tmp_path: Path, domain_id: int) -> SessionResult:
                        param_files=[default_params_file(), plan],
                        overrides={'inference.period_s': '0.1', 'images.height': '64',
                                   'images.width': '96', 'diagnostics.period_s': '0.25',
-                                  'diagnostics.plan_window': '2'}, domain_id=domain_id)
+                                  'diagnostics.plan_window': '2',
+                                  'images.decode_warn_ms': '0.001'}, domain_id=domain_id)
 
 
 def test_stages_over_the_plans_prediction_warn_in_the_plan_status(
