@@ -68,6 +68,9 @@ _ERROR_REASONS = frozenset({
     input_errors.ODOMETRY_NONFINITE, input_errors.CAMERA_STOPPED, input_errors.CAMERA_MISSING,
     input_errors.IMAGE_MALFORMED, input_errors.ODOMETRY_MALFORMED,
 })
+# Errors that describe the inputs' state now (a camera not there), not broken data: like the
+# timing reasons, they are reported as they are and not held by the refusal window.
+_STATE_ERROR_REASONS = frozenset({input_errors.CAMERA_STOPPED, input_errors.CAMERA_MISSING})
 SKIP_IN_FLIGHT = 'inference_in_flight'
 SKIP_NO_NEW_INPUT = 'no_new_input'  # t0 not newer than the last inference's
 DECODE_SLOW = 'image_decode_slow'   # a warning, not a skip: the inference still runs
@@ -131,8 +134,8 @@ class NodeStatus:
         self.input_level, self.input_message, self.input_reason = level, message, reason
 
     def refused(self, level: int, message: str, reason: str, now_s: float) -> None:
-        """Hold a refusal for broken data (ERROR) in the input status (`RefusalWindow`)."""
-        if level >= ERROR:
+        """Hold a refusal for broken data (ERROR, not a missing camera) in the input status."""
+        if level >= ERROR and reason not in _STATE_ERROR_REASONS:
             self.refusals.record(reason, message, now_s)
 
     def no_path(self, level: int, reason: str) -> None:

@@ -49,15 +49,17 @@ def test_a_broken_input_stays_in_the_status_between_good_evaluations() -> None:
 def test_timing_reasons_are_not_held_and_a_failed_evaluation_keeps_its_message() -> None:
     st = diag.NodeStatus()
     _evaluate(st, 1, 10.0, (input_errors.INPUT_STALE, 'input_stale: 0.6 s old'))
-    _evaluate(st, 2, 10.25)
-    assert _input_status(st, 10.25)[:2] == (OK, 'inputs valid')   # a state, not a refusal
+    _evaluate(st, 2, 10.1, (input_errors.CAMERA_MISSING, 'camera_missing: no frame of camera 1'))
+    assert _input_status(st, 10.1)[0] == ERROR   # reported as it is ...
+    _evaluate(st, 3, 10.25)
+    assert _input_status(st, 10.25)[:2] == (OK, 'inputs valid')   # ... a state, not a refusal
     st.messages_refused += 1   # as `_message_refused`: a camera message that does not parse
     st.refused(ERROR, 'camera_0: image_malformed: short', input_errors.IMAGE_MALFORMED, 10.3)
-    _evaluate(st, 3, 10.5, (input_errors.ODOMETRY_GAP, 'odometry_gap: 0.4 s'))
+    _evaluate(st, 4, 10.5, (input_errors.ODOMETRY_GAP, 'odometry_gap: 0.4 s'))
     level, message, values = _input_status(st, 10.5)   # the evaluation's own reason, raised
     assert level == ERROR and message == ('odometry_gap: 0.4 s (refused in the last 5 s: '
                                           'image_malformed x1)')
-    _evaluate(st, 4, 10.75, (input_errors.IMAGE_CORRUPT, 'image_corrupt: bad JPEG'))
+    _evaluate(st, 5, 10.75, (input_errors.IMAGE_CORRUPT, 'image_corrupt: bad JPEG'))
     level, message, values = _input_status(st, 10.75)
     assert level == ERROR and message == ('image_corrupt: bad JPEG (refused in the last 5 s: '
                                           'image_corrupt x1, image_malformed x1)')
