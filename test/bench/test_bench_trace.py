@@ -15,8 +15,10 @@ from bench.peers.trace import trace_call, traced
 def test_trace_call_writes_the_trace_and_its_op_table(tmp_path: Path) -> None:
     path = tmp_path / 'call.json.gz'
     x = torch.randn(64, 64)
-    assert torch.equal(trace_call(lambda: x @ x, path), x @ x)
+    assert torch.equal(trace_call(lambda: x @ x, path), x @ x)   # grouped by calling frames
     assert 'traceEvents' in json.loads(gzip.decompress(path.read_bytes()))
+    assert 'aten::mm' in path.with_suffix('.txt').read_text()
+    trace_call(lambda: x @ x, path, stacks=False)
     assert 'aten::mm' in path.with_suffix('.txt').read_text()
 
 
