@@ -46,7 +46,7 @@ NODE_NAME = 'alpamayo_offload_node'
 SEQUENCES = ('vit', 'lm', 'expert')
 MAX_AUTO_DECODE_THREADS = 16   # 4 cameras x 4 frames (2 Super's six cameras: 24 frames)
 PLAN_PREFIX = 'plan.'
-# inference.executor's choices; ros/executor.py maps each to its rclpy class
+# inference.executor's choices; ros/executor.py maps each to the rclpy executor it makes
 EXECUTORS = ('events', 'single')
 ROS_OWN = frozenset({'use_sim_time', 'start_type_description_service'})
 ROS_OWN_PREFIXES = ('qos_overrides.',)

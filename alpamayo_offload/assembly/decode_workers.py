@@ -180,6 +180,17 @@ class WorkerFaults:
     retry_in_s: float = 0.0    # until the soonest of those may start one (0: none waits)
 
 
+def restart_wait(failures: int, first: float, longest: float) -> float:
+    """Seconds before a place may start a worker after `failures` failures in a row.
+
+    None after the first (replaced at once), then `first` doubling up to `longest`; the
+    exponent is capped, so a place failing for days never overflows a float.
+    """
+    if failures <= 1:
+        return 0.0
+    return min(first * 2.0 ** min(failures - 2, 64), longest)
+
+
 @dataclass
 class _Slot:
     """One worker place: its process (None while backing off) and its restart back-off."""
@@ -348,9 +359,7 @@ class DecodeWorkers:
         self._count += 1
         self._last = what
         slot.failures += 1
-        first, longest = self._backoff_s
-        wait = 0.0 if slot.failures == 1 else min(first * 2 ** (slot.failures - 2), longest)
-        slot.retry_at = self._clock() + wait
+        slot.retry_at = self._clock() + restart_wait(slot.failures, *self._backoff_s)
 
 
 def main() -> int:

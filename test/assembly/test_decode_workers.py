@@ -26,6 +26,7 @@ from alpamayo_offload.assembly import (
     run_pixel_job,
 )
 from alpamayo_offload.assembly.convert import ConversionError
+from alpamayo_offload.assembly.decode_workers import restart_wait
 from alpamayo_offload.model import AlpamayoConfig, ImageSizing, tiny_config
 
 
@@ -267,3 +268,9 @@ def test_bad_worker_settings_are_refused_by_name() -> None:
         DecodeWorkers(0)
     with pytest.raises(ValueError, match='backoff_s'):
         DecodeWorkers(1, backoff_s=(2.0, 1.0))
+
+
+def test_restart_wait_doubles_to_its_longest_and_never_overflows() -> None:
+    assert [restart_wait(n, 0.5, 30.0) for n in range(1, 10)] == [
+        0.0, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
+    assert restart_wait(10**6, 0.5, 30.0) == 30.0   # a place failing for days
