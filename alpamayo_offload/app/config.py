@@ -178,10 +178,15 @@ def _layers(v: Mapping[str, Any], prefix: str) -> dict[str, tuple[int, ...]]:
     return out
 
 
+def decode_ahead_threads(cfg: NodeConfig) -> int:
+    """Threads decoding ahead: one per camera, at most `images.decode_threads`."""
+    return min(cfg.decode_threads, len(cfg.cameras))
+
+
 def decode_workers_for(cfg: NodeConfig) -> tuple[int, str]:
     """Return how many decode worker processes the node starts, and why none if it starts none.
 
-    Decode-ahead runs in `min(images.decode_threads, cameras)` threads; with
+    Decode-ahead runs in `decode_ahead_threads` threads; with
     `images.decode_ahead_processes` each hands its frames to a worker process, except with
     `images.decoder: gpu` ('auto' is the CPU): nvJPEG decodes in the calling thread, so a worker
     process would only hold its memory. The reason is '' where none was asked for.
@@ -191,7 +196,7 @@ def decode_workers_for(cfg: NodeConfig) -> tuple[int, str]:
     if cfg.decoder == 'gpu':
         return 0, ("images.decoder 'gpu': nvJPEG decodes ahead in the node's threads, so no "
                    'decode worker processes are started (images.decode_ahead_processes unused)')
-    return min(cfg.decode_threads, len(cfg.cameras)), ''
+    return decode_ahead_threads(cfg), ''
 
 
 def jpeg_decoder(cfg: NodeConfig) -> JpegDecoder | None:

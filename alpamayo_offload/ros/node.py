@@ -59,7 +59,13 @@ from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profi
 from sensor_msgs.msg import CompressedImage, Image
 from std_msgs.msg import Float64, String
 
-from ..app.config import NodeConfig, config_from_values, decode_workers_for, jpeg_decoder
+from ..app.config import (
+    NodeConfig,
+    config_from_values,
+    decode_ahead_threads,
+    decode_workers_for,
+    jpeg_decoder,
+)
 from ..app.engine_loader import LoadedEngine, load_engine, warm_up
 from ..app.errors import ParameterError
 from ..app.health import EventRate, PlanMonitor, StageTimings, StreamMonitor
@@ -198,7 +204,7 @@ class AlpamayoOffloadNode(LifecycleNode):
         return super().on_configure(state)
 
     def _create(self, cfg: NodeConfig, engine: Any) -> _Configured:
-        ahead = min(cfg.decode_threads, len(cfg.cameras))   # ~40 frames/s need less
+        ahead = decode_ahead_threads(cfg)   # ~40 frames/s need no more
         ahead_pool = ThreadPoolExecutor(ahead, thread_name_prefix='decode-ahead') \
             if cfg.decode_ahead else None
         workers = None
