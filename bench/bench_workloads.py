@@ -208,7 +208,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if not args.part_set <= set(PARTS):
         p.error(f'--parts {args.parts!r}: of {list(PARTS)}, comma separated')
     if unknown or args.runs < 1 or args.warmup < 0 or args.profile_runs < 1:
-        p.error(f'--workloads {args.workloads} (of {list(WORKLOADS)}), --runs {args.runs} >= 1, '
+        p.error(f'--workloads {args.workloads} and --trace {args.trace!r} (of {list(WORKLOADS)}), '
+                f'--runs {args.runs} >= 1, '
                 f'--warmup {args.warmup} >= 0, --profile-runs {args.profile_runs} >= 1')
     try:
         args.budget_list = sorted({float(b) for b in args.budgets.split(',')}, reverse=True)

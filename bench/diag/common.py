@@ -27,7 +27,7 @@ def add_out(parser: argparse.ArgumentParser, runs: int | None = None) -> None:
     """Add `--out` (made when the diagnostic runs) and, given a default, `--runs`."""
     parser.add_argument('--out', type=Path, required=True, help='folder for the JSON result')
     if runs is not None:
-        parser.add_argument('--runs', type=_at_least_one, default=runs,
+        parser.add_argument('--runs', type=at_least_one, default=runs,
                             help='timed inferences per measurement (default %(default)s)')
 
 
@@ -57,7 +57,8 @@ def out_dir(args: argparse.Namespace) -> Path:
     return args.out
 
 
-def _at_least_one(text: str) -> int:
+def at_least_one(text: str) -> int:
+    """Parse a whole number of at least 1 (an argparse type)."""
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f'{value}: give at least 1')

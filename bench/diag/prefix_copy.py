@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from alpamayo_offload.model import SharedPrefixCache
-from bench.diag.common import add_out, add_subcommand, out_dir
+from bench.diag.common import add_out, add_subcommand, at_least_one, out_dir
 
 
 def register(sub: Any) -> None:
@@ -28,11 +28,14 @@ def register(sub: Any) -> None:
     p = add_subcommand(sub, 'prefix-copy', "time the join of a shared prefix and the rows' K/V",
                        __doc__)
     add_out(p, runs=20)
-    p.add_argument('--rows', type=int, default=16, help='rows (samples; default %(default)s)')
-    p.add_argument('--kv-heads', type=int, default=8)
-    p.add_argument('--prefix', type=int, default=3100, help='prompt tokens (default %(default)s)')
-    p.add_argument('--suffix', type=int, default=21, help='rows\' own tokens (default %(default)s)')
-    p.add_argument('--head-dim', type=int, default=128)
+    p.add_argument('--rows', type=at_least_one, default=16,
+                   help='rows (samples; default %(default)s)')
+    p.add_argument('--kv-heads', type=at_least_one, default=8)
+    p.add_argument('--prefix', type=at_least_one, default=3100,
+                   help='prompt tokens (default %(default)s)')
+    p.add_argument('--suffix', type=at_least_one, default=21,
+                   help="rows' own tokens, the step's included (default %(default)s)")
+    p.add_argument('--head-dim', type=at_least_one, default=128)
     p.add_argument('--device', default='cuda')
     p.set_defaults(func=run)
 

@@ -28,6 +28,8 @@ def test_traced_records_only_the_given_call(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ['second.json.gz', 'second.json.txt']
 
 
-def test_workloads_refuse_to_trace_an_unknown_workload(tmp_path: Path) -> None:
+def test_workloads_refuse_to_trace_an_unknown_workload(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         bench_workloads.main(['--smoke', '--out', str(tmp_path), '--trace', 's3'])
+    assert "--trace 's3'" in capsys.readouterr().err

@@ -4,6 +4,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from bench.diag.__main__ import main
 
 
@@ -14,3 +16,10 @@ def test_prefix_copy_times_three_exact_joins(tmp_path: Path) -> None:
     report = json.loads((tmp_path / 'prefix_copy.json').read_text())
     assert [j['exact'] for j in report['joins']] == [True, True, True]
     assert all(j['ms'] > 0 for j in report['joins'])
+
+
+def test_prefix_copy_refuses_sizes_below_one(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(['prefix-copy', '--out', str(tmp_path), '--device', 'cpu', '--suffix', '0'])
+    assert '--suffix: 0: give at least 1' in capsys.readouterr().err
