@@ -19,7 +19,9 @@ Per path and stage (preprocess, vision, prefill, decode, diffusion, postprocess,
 and the path's own wall time per inference): median and p90 over `--runs` inferences after
 `--warmup`, beside the plan's prediction. VRAM is capped to the budget in every process
 (`torch.cuda.set_per_process_memory_fraction`, as the other benches emulate a smaller GPU).
-`--trace` writes a torch profiler trace of one inference of each path at the first budget.
+`--trace` writes a torch profiler trace of one inference of each path at the first budget,
+the call after the warm-up, left out of the figures; CUPTI is torn down after it where Kineto
+allows (`bench.peers.trace`), but the figures of record come from runs without `--trace`.
 Writes bench_product.json (and profile.json, traces) to --out and prints a table last.
 
 GPU machine (ROS wheels carried: `bench/ros_wheels.sh`, docs/benchmarks.md):
@@ -102,7 +104,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         if getattr(args, name) is None:
             setattr(args, name, value)
     if args.rate is None:
-        args.rate = (args.warmup + args.runs + 1) / max(1.0, args.duration - 2.0)
+        args.rate = (args.warmup + args.runs + 1 + args.trace) / max(1.0, args.duration - 2.0)
     unknown = set(args.paths.split(',')) - set(PATHS)
     if unknown or args.runs < 1 or args.warmup < 0:
         p.error(f'--paths {args.paths} (of {PATHS}), --runs {args.runs} >= 1, '
@@ -168,6 +170,12 @@ def write_params(path: Path, values: Mapping[str, Any]) -> Path:
 
 
 # ---------------------------------------------------------------- the three paths
+def untimed_calls(args: argparse.Namespace, trace: Path | None) -> int:
+    """Inferences of a path left out of its figures: the warm-up and, when it is traced, the
+    traced call after it (the profiler's own overhead is in that call)."""
+    return args.warmup + (trace is not None)
+
+
 def schedule(paths: list[str], runs: int) -> list[tuple[str, int]]:
     """The order paths run in at one budget, with the timed runs of each part.
 
@@ -192,16 +200,17 @@ def engine_path(engine: Any, model_input: Any, args: argparse.Namespace,
     import torch
 
     cuda = args.device.startswith('cuda')
-    infer = traced(engine.infer, args.warmup + 1, trace) if trace else engine.infer
+    skip = untimed_calls(args, trace)
+    infer = traced(engine.infer, skip, trace) if trace else engine.infer
     rows = []
-    for i in range(args.warmup + runs):
+    for i in range(skip + runs):
         if cuda:
             torch.cuda.synchronize()
         t0 = time.perf_counter()
         timings = infer(model_input).timings
         if cuda:
             torch.cuda.synchronize()
-        if i >= args.warmup:
+        if i >= skip:
             rows.append({**{k: 1e3 * v for k, v in timings.items()},
                          'wall': 1e3 * (time.perf_counter() - t0)})
     return {'rows': rows, 'torch_threads': torch.get_num_threads()}
@@ -218,7 +227,8 @@ def replay_path(engine: Any, bag: Path, files: list[Path], remaps: Mapping[str, 
 
     cfg = load_replay_config(files, remaps=remaps, rate_hz=args.rate)
     cfg = cfg.with_model_sizing(engine.image_sizing)
-    infer = traced(engine.infer, args.warmup + 1, trace) if trace else engine.infer
+    skip = untimed_calls(args, trace)
+    infer = traced(engine.infer, skip, trace) if trace else engine.infer
     if work.exists():
         shutil.rmtree(work)
     res = replay_session(prepare([bag], cfg), cfg, infer, work, model_info=engine.info.as_dict(),
@@ -227,7 +237,7 @@ def replay_path(engine: Any, bag: Path, files: list[Path], remaps: Mapping[str, 
     done = [r for r in records if r.get('status') == 'ok' and not r.get('warmup')]
     rows = [{**{k: 1e3 * v for k, v in r['latency_s'].items()},
              'wall': 1e3 * (r['latency_s']['assembly'] + r['latency_s']['planner_call'])}
-            for r in done[args.warmup:args.warmup + args.runs]]
+            for r in done[skip:skip + args.runs]]
     return {'rows': rows, 'torch_threads': torch.get_num_threads(), 'exit_code': res.exit_code,
             'evaluations': len(records), 'scored': len(done)}
 
@@ -245,8 +255,9 @@ def node_path(bag: Path, files: list[Path], remaps: Mapping[str, str], gib: floa
     from alpamayo_offload.ros.bag_player import play
     from alpamayo_offload.ros.session import LifecycleClient, node_command
 
+    skip = untimed_calls(args, trace)
     child = (sys.executable, '-m', 'bench.bench_product', '--node-child', str(gib),
-             str(trace or ''), str(args.warmup + 1))
+             str(trace or ''), str(skip))
     cmd = node_command(files, {}, dict(remaps), child)
     statuses: dict[str, list[dict[str, Any]]] = {'inference': [], 'model': [], 'plan': []}
     seen: dict[int, dict[str, str]] = {}
@@ -286,7 +297,7 @@ def node_path(bag: Path, files: list[Path], remaps: Mapping[str, str], gib: floa
         feeder = threading.Thread(target=loop, daemon=True)
         if state == 'active':
             feeder.start()
-        need = args.warmup + args.runs
+        need = skip + args.runs
         deadline = time.monotonic() + 30.0 + 3.0 * need * max(predicted_s, 0.5)
         while state == 'active' and proc.poll() is None and len(seen) < need \
                 and time.monotonic() < deadline:
@@ -311,7 +322,7 @@ def node_path(bag: Path, files: list[Path], remaps: Mapping[str, str], gib: floa
              'image_decode': float(seen[n]['t_image_decode_ms']),
              'node_overhead': float(seen[n]['t_node_overhead_ms']),
              'input_age': float(seen[n]['input_age_ms'])}
-            for n in counts[args.warmup:args.warmup + args.runs]]
+            for n in counts[skip:skip + args.runs]]
     model = statuses['model'][-1]['values'] if statuses['model'] else {}
     return {'rows': rows, 'state': state, 'ready_s': round(ready_s, 1),
             'inferences_seen': counts, 'alive_at_end': alive, 'exit_code': proc.returncode,

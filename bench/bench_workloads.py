@@ -64,6 +64,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import gc
 import json
 import logging
@@ -180,8 +181,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument('--width', type=int, help='camera frame width before presizing (1920)')
     p.add_argument('--trace', default='', metavar='WORKLOADS',
                    help='comma separated workloads: one more inference of each of their rows '
-                        'under the torch profiler, inside its cap (trace_<workload>_<row>.json.gz '
-                        'and the ops owning the most device time, .txt)')
+                        'under the torch profiler, inside its cap, after every timed row of the '
+                        'run (trace_<workload>_<row>.json.gz and the ops owning the most device '
+                        'time, .txt)')
     p.add_argument('--budget-s', type=float, default=540.0,
                    help='skip a part whose estimate would end past this many seconds')
     p.add_argument('--report', action='store_true',
@@ -411,11 +413,21 @@ def all_resident(profile: Profile) -> Placement:
     return Placement.of({s.name: range(s.n_layers) for s in profile.sequences})
 
 
+def attach_row(engine: Any, kind: str, budget: int | None, placement: Placement,
+               args: argparse.Namespace) -> float:
+    """Cap VRAM to the row's budget and attach its plan; the re-plan's seconds."""
+    cap_vram(args.device, budget)
+    t0 = time.perf_counter()
+    engine.replan(resident={s: placement.indices(s) for s in placement.resident},
+                  mode='preload' if kind == 'preload' else 'pipelined', budget_bytes=budget,
+                  embed_on_host=placement.embed_on_host, compression='off')
+    return time.perf_counter() - t0
+
+
 def run_row(engine: Any, model_input: Any, spec: WorkloadSpec, kind: str, budget: int | None,
             placement: Placement, args: argparse.Namespace, reference: Any,
-            trace: Path | None = None) -> tuple[dict, Any]:
-    """Attach one plan under its cap, then `measure` (deterministic pass, warm-up, timed runs)
-    and, given `trace`, one more inference under the profiler, still under the cap."""
+            ) -> tuple[dict, Any]:
+    """Attach one plan under its cap, then `measure` (deterministic pass, warm-up, timed runs)."""
     import numpy as np
 
     from bench.peers.home import reset_rss_peak
@@ -427,21 +439,12 @@ def run_row(engine: Any, model_input: Any, spec: WorkloadSpec, kind: str, budget
                           'tokens': np.asarray(r.coc_token_ids, dtype=np.int64)},
                          dict(r.timings))
 
-    cap_vram(args.device, budget)
     reset_rss_peak()
-    t0 = time.perf_counter()
-    engine.replan(resident={s: placement.indices(s) for s in placement.resident},
-                  mode='preload' if kind == 'preload' else 'pipelined', budget_bytes=budget,
-                  embed_on_host=placement.embed_on_host, compression='off')
-    replan_s = time.perf_counter() - t0
+    replan_s = attach_row(engine, kind, budget, placement, args)
     replan_peak = host_memory()['peak_rss_bytes']      # measure resets the peak
     figures, det, last = measure(infer, warmup=args.warmup, runs=args.runs,
                                  deadline=Deadline(float('inf')), reference=reference,
                                  reference_timed=None)
-    if trace is not None:
-        from bench.peers.trace import trace_call
-
-        trace_call(infer, trace)
     cap_vram(args.device, None)
     info = engine.info
     row: dict[str, Any] = {**figures, 'replan_s': replan_s, 'replan_peak_rss_bytes': replan_peak,
@@ -464,10 +467,39 @@ def row_estimate_s(predicted_s: float, args: argparse.Namespace) -> float:
     return (1 + args.warmup + args.runs) * max(predicted_s, 0.05) * ESTIMATE_MARGIN + 2.0
 
 
+@dataclass(frozen=True)
+class TraceJob:
+    """A measured row to trace once more after every timed figure of the run."""
+
+    spec: WorkloadSpec
+    kind: str
+    budget: int | None
+    placement: Placement
+    path: Path
+
+
+def trace_rows(engine: Any, jobs: list[TraceJob], args: argparse.Namespace) -> None:
+    """One inference of each job's row under the profiler, each under its own cap.
+
+    Runs after every timed row: a profile with CUDA activity can leave CUPTI attached to the
+    process (`bench.peers.trace`), and a row timed after one would pay for it.
+    """
+    from bench.peers.trace import trace_call
+
+    for job in jobs:
+        use_workload(engine, job.spec)
+        model_input = workload_input(engine, job.spec, args)
+        attach_row(engine, job.kind, job.budget, job.placement, args)
+        trace_call(functools.partial(engine.infer, model_input), job.path)
+        cap_vram(args.device, None)
+        print(f'trace {job.path.name}: written', flush=True)
+
+
 def workload_rows(engine: Any, spec: WorkloadSpec, profile: Profile, args: argparse.Namespace,
-                  log: Log, clock: Clock) -> tuple[Any, dict[str, Any] | None]:
+                  log: Log, clock: Clock, traces: list[TraceJob],
+                  ) -> tuple[Any, dict[str, Any] | None]:
     """Preload, then the planned row of each budget, for one workload; preload's deterministic
-    output and row (None, None where it did not run)."""
+    output and row (None, None where it did not run). Rows of a traced workload join `traces`."""
     model_input = workload_input(engine, spec, args)
     options = PlannerOptions(workload=spec.planner_workload(), compression='off',
                              max_decode_tokens=DECODE_TOKENS)
@@ -502,10 +534,8 @@ def workload_rows(engine: Any, spec: WorkloadSpec, profile: Profile, args: argpa
             continue
         t0 = time.perf_counter()
         try:
-            trace = args.out / f'trace_{spec.name}_{kind}_{_gib_label(gib).replace(" ", "")}' \
-                '.json.gz' if spec.name in args.trace_set else None
             got, det = run_row(engine, model_input, spec, kind, head['budget_bytes'], placement,
-                               args, reference, trace)
+                               args, reference)
         except Exception as err:  # a failed row is reported, the others still run
             from bench.peers.runner import status_of
 
@@ -514,6 +544,10 @@ def workload_rows(engine: Any, spec: WorkloadSpec, profile: Profile, args: argpa
             continue
         row = log.row({**head, **got, 'status': 'ok', 'estimated_s': need,
                        'seconds': time.perf_counter() - t0, 'elapsed_s': clock.elapsed()})
+        if spec.name in args.trace_set:
+            traces.append(TraceJob(spec, kind, head['budget_bytes'], placement,
+                                   args.out / f'trace_{spec.name}_{kind}_'
+                                   f'{_gib_label(gib).replace(" ", "")}.json.gz'))
         if kind == 'preload':
             reference, preload_row = det, row
     return reference, preload_row
@@ -585,6 +619,7 @@ def run(args: argparse.Namespace) -> int:
     synthetic = 'synthetic' in (args.profile or [])
     calibration = 1.0                 # measured / estimated seconds of the profiles so far
     preloads: dict[str, tuple[Any, dict[str, Any] | None]] = {}   # workload: output, row
+    traces: list[TraceJob] = []
     for spec in specs:
         use_workload(engine, spec)
         model_input = workload_input(engine, spec, args)
@@ -632,7 +667,8 @@ def run(args: argparse.Namespace) -> int:
                 profile = with_engine_vram(engine, profile, meta['profiles'][spec.name])
         log.save_meta()
         if 'rows' in args.part_set:
-            preloads[spec.name] = workload_rows(engine, spec, profile, args, log, clock)
+            preloads[spec.name] = workload_rows(engine, spec, profile, args, log, clock,
+                                                traces)
             log.save_meta()
     if args.accelerate and 'accelerate' in args.part_set:
         s1 = WORKLOADS['s1']           # the row runs the s1 workload, last, on the same model
@@ -642,6 +678,7 @@ def run(args: argparse.Namespace) -> int:
                        preload_row, decode_tokens=DECODE_TOKENS,
                        diffusion_steps=DIFFUSION_STEPS,
                        headroom_gib=preset['accelerate_headroom_gib'])
+    trace_rows(engine, traces, args)
     engine.close()
     del engine
     gc.collect()

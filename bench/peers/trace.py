@@ -8,6 +8,7 @@ frames slows the traced call down several times on the CPU).
 from __future__ import annotations
 
 import gzip
+import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -20,12 +21,19 @@ TABLE_ROWS = 40
 
 
 def trace_call(call: Callable[[], T], path: Path, stacks: bool = True) -> T:
-    """Run `call` under the profiler; write `path` (.json.gz) and its op table; return its value."""
+    """Run `call` under the profiler; write `path` (.json.gz) and its op table; return its value.
+
+    Asks Kineto to tear CUPTI down when the profile ends (`TEARDOWN_CUPTI=1`, unless the caller
+    set it): left attached, CUPTI's callbacks stay on every later kernel launch of the process,
+    and a host-bound pass timed after a trace runs slower. Timed work belongs before any trace
+    all the same: whether teardown happens is Kineto's choice per CUDA version.
+    """
     import torch
     from torch.profiler import ProfilerActivity, profile
 
     cuda = torch.cuda.is_available()
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    os.environ.setdefault('TEARDOWN_CUPTI', '1')
     with profile(activities=activities, with_stack=stacks) as prof:
         result = call()
         if cuda:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -12,14 +13,19 @@ from bench import bench_workloads
 from bench.peers.trace import trace_call, traced
 
 
-def test_trace_call_writes_the_trace_and_its_op_table(tmp_path: Path) -> None:
+def test_trace_call_writes_the_trace_and_its_op_table(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv('TEARDOWN_CUPTI', raising=False)
     path = tmp_path / 'call.json.gz'
     x = torch.randn(64, 64)
     assert torch.equal(trace_call(lambda: x @ x, path), x @ x)   # grouped by calling frames
     assert 'traceEvents' in json.loads(gzip.decompress(path.read_bytes()))
     assert 'aten::mm' in path.with_suffix('.txt').read_text()
+    assert os.environ['TEARDOWN_CUPTI'] == '1'     # CUPTI leaves the process after the trace
+    monkeypatch.setenv('TEARDOWN_CUPTI', '0')      # a caller's own choice stands
     trace_call(lambda: x @ x, path, stacks=False)
     assert 'aten::mm' in path.with_suffix('.txt').read_text()
+    assert os.environ['TEARDOWN_CUPTI'] == '0'
 
 
 def test_traced_records_only_the_given_call(tmp_path: Path) -> None:

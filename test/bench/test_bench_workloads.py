@@ -19,8 +19,15 @@ def _rows(out: Path) -> list[dict]:
 def test_smoke_1_5_runs_every_workload_bit_exact_and_reports(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / 'wl15'
-    assert bench_workloads.main(['--smoke', '--model', 'tiny-1.5', '--out', str(out)]) == 0
+    assert bench_workloads.main(['--smoke', '--model', 'tiny-1.5', '--out', str(out),
+                                 '--trace', 's1']) == 0
     rows = _rows(out)
+    # s1's rows are traced after every timed row of the run (nav16's are the last timed).
+    traces = sorted(out.glob('trace_s1_*.json.gz'))
+    assert [t.name for t in traces] == ['trace_s1_planned_0.58GiB.json.gz',
+                                        'trace_s1_planned_0.6GiB.json.gz',
+                                        'trace_s1_preload_wholeGPU.json.gz']
+    assert min(t.stat().st_mtime_ns for t in traces) >= (out / 'rows.jsonl').stat().st_mtime_ns
     assert [(r['workload'], r['kind'], r['budget_gib']) for r in rows] == [
         (w, kind, gib) for w in ('s1', 's16', 'nav1', 'nav16')
         for kind, gib in (('preload', None), ('planned', 0.6), ('planned', 0.58))]
