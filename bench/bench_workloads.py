@@ -424,6 +424,41 @@ def attach_row(engine: Any, kind: str, budget: int | None, placement: Placement,
     return time.perf_counter() - t0
 
 
+class MachineProbes:
+    """The pinned copy rate and the CPU's kernel-issue speed, probed before and after a row.
+
+    The profile's copy rate and host issue terms were measured at another moment (or on another
+    VM) and both drift: the copy rate by a few per cent, the CPU's issue speed by up to a third
+    within minutes. Recorded with the row (`row_link_gbps`, `row_host_issue_us`), they let
+    `python -m bench.diag predict-rows` price the row at the machine it ran on. No-ops on the CPU.
+    """
+
+    def __init__(self, device: str) -> None:
+        self._cuda = device.startswith('cuda')
+        self.link_gbps: list[float] = []
+        self.issue_us: list[float] = []
+        self.take()
+
+    def take(self) -> None:
+        """Probe both once more."""
+        if not self._cuda:
+            return
+        import torch
+
+        from alpamayo_offload.profiling.gpu_profile import host_issue_us, pinned_h2d_gbps
+        from bench.peers.home import release_memory
+
+        self.link_gbps.append(pinned_h2d_gbps(torch))
+        self.issue_us.append(host_issue_us(torch))
+        release_memory()    # the probe's device and pinned buffers are no row's
+
+    def record(self) -> dict[str, list[float]]:
+        """The probes as row fields (none on the CPU)."""
+        if not self._cuda:
+            return {}
+        return {'row_link_gbps': self.link_gbps, 'row_host_issue_us': self.issue_us}
+
+
 def run_row(engine: Any, model_input: Any, spec: WorkloadSpec, kind: str, budget: int | None,
             placement: Placement, args: argparse.Namespace, reference: Any,
             ) -> tuple[dict, Any]:
@@ -439,6 +474,7 @@ def run_row(engine: Any, model_input: Any, spec: WorkloadSpec, kind: str, budget
                           'tokens': np.asarray(r.coc_token_ids, dtype=np.int64)},
                          dict(r.timings))
 
+    probes = MachineProbes(args.device)     # uncapped: the link probe's buffer is no plan's
     reset_rss_peak()
     replan_s = attach_row(engine, kind, budget, placement, args)
     replan_peak = host_memory()['peak_rss_bytes']      # measure resets the peak
@@ -446,8 +482,10 @@ def run_row(engine: Any, model_input: Any, spec: WorkloadSpec, kind: str, budget
                                  deadline=Deadline(float('inf')), reference=reference,
                                  reference_timed=None)
     cap_vram(args.device, None)
+    probes.take()
     info = engine.info
-    row: dict[str, Any] = {**figures, 'replan_s': replan_s, 'replan_peak_rss_bytes': replan_peak,
+    row: dict[str, Any] = {**figures, **probes.record(), 'replan_s': replan_s,
+                           'replan_peak_rss_bytes': replan_peak,
                            'store_pinned_bytes': info.host_store_bytes
                            if args.device.startswith('cuda') else 0,
                            'runtime_pinned_bytes': info.pinned_bytes}

@@ -73,6 +73,8 @@ def _split(order: list[Any], phases: Sequence[_PhaseSlice]) -> list[tuple[str, s
         out.append((phase, repeats, order[:n]))
         order = order[n:]
     return out
+# A fitted phase whose replay exceeds its measured wall by more than this share is reported.
+_FIT_TOLERANCE = 0.01
 # A call whose compute exceeds this many times its layer's median over passes is reported.
 _OUTLIER_FACTOR = 5.0
 
@@ -280,7 +282,11 @@ def with_fitted_tails(profile: Profile, placement: Placement, phase_ms: Mapping[
     unexplained. A phase the host bounds in that run (`cpu_sensitive`) keeps the sequential
     figure: its wall follows the CPU, not the non-layer GPU work. Each round moves every fitted
     phase by its residual per pass; a phase's shift moves the next phase's start, hence rounds.
-    The fit is recorded in `settings['fitted_tails']` (phase -> sequential and fitted ms).
+    The fit is recorded in `settings['fitted_tails']` (phase -> sequential and fitted ms, the
+    measured wall and the fitted profile's replay of it). A phase whose run is faster than its
+    layers' compute alone cannot be fitted below zero: its replay stays above the measured wall
+    (resident layers replayed as CUDA graphs compute faster than the eager calls the profiler
+    times), which the record shows and a warning names.
     """
     workload = Workload(profile.measured_passes('decode'), profile.measured_passes('diffusion'))
     first = predict(profile, placement, workload)
@@ -297,9 +303,18 @@ def with_fitted_tails(profile: Profile, placement: Placement, phase_ms: Mapping[
                 phase = dataclasses.replace(phase, other_ms=(other,) * len(phase.other_ms))
             phases.append(phase)
         profile = dataclasses.replace(profile, phases=tuple(phases))
+    replayed = predict(profile, placement, workload)
     fitted = {p.name: {'sequential_ms': before[p.name], 'fitted_ms': p.typical_other_ms(),
-                       'measured_wall_ms': float(phase_ms[p.name])}
+                       'measured_wall_ms': float(phase_ms[p.name]),
+                       'replayed_wall_ms': replayed.phase(p.name).wall_ms}
               for p in profile.phases if p.name in fit}
+    over = {k: f"{v['replayed_wall_ms']:.1f} > {v['measured_wall_ms']:.1f} ms"
+            for k, v in fitted.items()
+            if v['replayed_wall_ms'] > (1 + _FIT_TOLERANCE) * v['measured_wall_ms']}
+    if over:
+        LOG.warning('non-layer time fitted to zero and the replay still over-states the '
+                    'pipelined run (its layers compute faster there than timed one by one): %s',
+                    over)
     LOG.info('non-layer time fitted to the pipelined run: %s',
              {k: f"{v['sequential_ms']:.1f} -> {v['fitted_ms']:.1f} ms" for k, v in fitted.items()})
     return dataclasses.replace(profile, settings={**profile.settings, 'fitted_tails': fitted})

@@ -410,7 +410,8 @@ def add_host_terms(engine: Any, model_input: Any, profile: Profile, runs: int) -
 
     Measured on `engine` re-attached pipelined (no VRAM cap): the streaming hooks' time with
     nothing resident; with as many layers resident as the free VRAM allows
-    (`calibration_placement`), the phase walls of `runs` plain inferences, to which the phases'
+    (`calibration_placement`), the phase walls of `runs` plain inferences (kept in
+    `settings['calibration_walls_ms']`, the host-bound phases' too), to which the phases'
     non-layer times are fitted (`collect.with_fitted_tails`), and each layer call's own time
     (`collect.with_host_terms` says why), replayed as CUDA graphs when the engine graphs its
     resident layers and then once more eagerly, as streamed calls run; then the
@@ -474,6 +475,7 @@ def add_host_terms(engine: Any, model_input: Any, profile: Profile, runs: int) -
     profile = dataclasses.replace(
         profile, machine=dataclasses.replace(profile.machine, pinned_h2d_gbps=max(probes)),
         settings={**profile.settings, 'host_pre_post_runs_ms': host,
+                  'calibration_walls_ms': walls,
                   'pinned_h2d_gbps_probes': probes, 'host_issue_probe_us': issue})
     profile = with_host_terms(profile, streamed, host_ms=statistics.median(host),
                               resident_calls=resident_calls, eager_calls=eager_calls)

@@ -6,9 +6,17 @@ import os
 import sys
 from collections.abc import Sequence
 
-from bench.diag import bitexact, graphs, kv_memory, prefill_start, prefix_copy, replan
+from bench.diag import (
+    bitexact,
+    graphs,
+    kv_memory,
+    predict_rows,
+    prefill_start,
+    prefix_copy,
+    replan,
+)
 
-_SUBCOMMANDS = (bitexact, graphs, kv_memory, prefill_start, prefix_copy, replan)
+_SUBCOMMANDS = (bitexact, graphs, kv_memory, predict_rows, prefill_start, prefix_copy, replan)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -181,7 +181,10 @@ def test_fitted_tails_recover_the_non_layer_time_a_pipelined_run_shows() -> None
     record = fitted.settings['fitted_tails']
     assert sorted(record) == ['diffusion', 'prefill', 'vision']
     assert record['vision'] == {'sequential_ms': 21.9, 'fitted_ms': pytest.approx(5.0),
-                                'measured_wall_ms': walls['vision']}
-    # a run faster than the layers alone cannot make the time negative
+                                'measured_wall_ms': walls['vision'],
+                                'replayed_wall_ms': pytest.approx(walls['vision'])}
+    # a run faster than the layers alone cannot make the time negative; the record shows the
+    # replay that is left above the measured wall
     floor = with_fitted_tails(inflated, placement, {**walls, 'vision': 1.0})
     assert floor.phases[0].typical_other_ms() == 0.0
+    assert floor.settings['fitted_tails']['vision']['replayed_wall_ms'] > 1.0

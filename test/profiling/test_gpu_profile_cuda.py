@@ -27,6 +27,8 @@ def test_profile_times_layer_issue_and_streaming_hooks_apart() -> None:
     probes = profile.settings['pinned_h2d_gbps_probes']    # a dip in one probe is not kept
     assert len(probes) == 3 and profile.machine.pinned_h2d_gbps == max(probes)
     assert set(profile.settings['fitted_tails']) <= {p.name for p in profile.phases}
+    walls = profile.settings['calibration_walls_ms']    # every phase, fitted or host-bound
+    assert set(walls) == {p.name for p in profile.phases} and all(ms > 0 for ms in walls.values())
     issue = profile.settings['host_issue_probe_us']      # around the resident-layer calls
     assert len(issue) == 2 and all(0 < us < 1000 for us in issue)
     for phase in profile.phases:
