@@ -158,6 +158,7 @@ class Engine:
     def replan(self, *, resident: Mapping[str, Sequence[int]], mode: str = 'pipelined',
                budget_bytes: int | None = None, embed_on_host: bool = False,
                instrument: bool = False, layer_graphs: bool | None = None,
+               stream_graphs: bool | None = None,
                compressed: Mapping[str, Sequence[int]] | None = None,
                compression: str | None = None) -> None:
         """Re-attach the runtime with another plan on the loaded model (no reload).
@@ -167,7 +168,8 @@ class Engine:
         Refuses a plan that cannot fit `budget_bytes` before anything moves (`EngineBudgetError`:
         the model stays loaded, so the caller may try another plan).
         `layer_graphs` False runs this plan's resident layers eagerly (the profiler times them
-        so); None follows `EngineConfig.layer_graphs`.
+        so); `stream_graphs` graphs its streamed ones by slot (with `layer_graphs`); None
+        follows `EngineConfig`.
         """
         if self._handed_over:
             raise EngineError('the model was handed over to the host (host_model): its layers '
@@ -198,8 +200,10 @@ class Engine:
         self._runtime = runtime
         graphs = self.device.type == 'cuda' and (
             self.config.layer_graphs if layer_graphs is None else layer_graphs)
+        by_slot = graphs and (self.config.stream_graphs if stream_graphs is None
+                              else stream_graphs)
         if graphs:
-            self._enable_graphs(runtime)
+            self._enable_graphs(runtime, by_slot)
         self._inferences = 0
         self._calls_seen = 0
         embed = _module_bytes(self.model.non_layer_modules()[EMBED_MODULE])
@@ -208,7 +212,7 @@ class Engine:
             resident={k: tuple(v) for k, v in resident.items()},
             required_bytes=runtime.vram_plan.required_bytes,
             fixed_bytes=fixed - (0 if embed_on_host else embed), working_set_bytes=working,
-            layer_graphs=graphs,
+            layer_graphs=graphs, stream_graphs=by_slot,
             compressed={k: tuple(v) for k, v in (compressed or {}).items()},
             compression=compression)
 
@@ -219,13 +223,20 @@ class Engine:
             self._cache_resolved = True
         return self._cache
 
-    def _enable_graphs(self, runtime: OffloadRuntime) -> None:
-        """Graph the resident language-model and expert layers: their weights stay put."""
+    def _enable_graphs(self, runtime: OffloadRuntime, streamed: bool) -> None:
+        """Graph the resident language-model and expert layers (their weights stay put).
+
+        With `streamed`, the streamed ones too, by the slot they run from.
+        """
         if self._graphs is None:
             self._graphs = LayerGraphs(self.device)     # one for the engine's life
         for name, layers in self.model.layer_sequences().items():
             if name in ('lm', 'expert'):
-                self._graphs.enable(layers[i] for i in runtime.plan.indices(name))
+                resident = set(runtime.plan.indices(name))
+                self._graphs.enable(layers[i] for i in sorted(resident))
+                if streamed:
+                    self._graphs.enable((m for i, m in enumerate(layers) if i not in resident),
+                                        by_slot=True)
 
     def _release_graphs(self) -> None:
         """Drop the graphs before the runtime moves the weights they point at."""
@@ -506,7 +517,8 @@ class Engine:
             host_store_bytes=self._source.nbytes if isinstance(self._source, HostStore) else 0,
             torch=torch.__version__, host=platform.node(),
             kernel_settings=kernel_settings(fused_norms=self.config.fused_norms,
-                                            layer_graphs=plan.layer_graphs),
+                                            layer_graphs=plan.layer_graphs,
+                                            stream_graphs=plan.stream_graphs),
             vram_used_bytes=torch.cuda.memory_allocated(self.device) if cuda else 0,
             driver=driver_version() if cuda else '',
             gpu=torch.cuda.get_device_name(self.device) if cuda else '',

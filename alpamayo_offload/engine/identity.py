@@ -35,15 +35,22 @@ def driver_version(root: Path = Path('/')) -> str:
     return found.group(1) if found else ''
 
 
-def kernel_settings(*, fused_norms: bool, layer_graphs: bool = True) -> str:
+def kernel_settings(*, fused_norms: bool, layer_graphs: bool = True,
+                    stream_graphs: bool = False) -> str:
     """Return the settings that choose GPU kernels, as a profile records them.
 
     Deterministic algorithms and cuBLAS's workspace size (process-wide) decide which kernels run
     (strict mode costs a few per cent of latency), and fused norms and
-    graphed resident layers launch fewer of them (`EngineConfig.fused_norms`,
-    `EngineConfig.layer_graphs`), so a profile's timings only hold with the same settings.
+    graphed layers launch fewer of them (`EngineConfig.fused_norms`, `layer_graphs`,
+    `stream_graphs`), so a profile's timings only hold with the same settings.
     """
     workspace = os.environ.get('CUBLAS_WORKSPACE_CONFIG') or 'default'
     return (f'deterministic={torch.are_deterministic_algorithms_enabled()}, '
             f'CUBLAS_WORKSPACE_CONFIG={workspace}, norms={"fused" if fused_norms else "per-op"}, '
-            f'graphs={"resident" if layer_graphs else "off"}')
+            f'graphs={_graphs_setting(layer_graphs, stream_graphs)}')
+
+
+def _graphs_setting(layer_graphs: bool, stream_graphs: bool) -> str:
+    if not layer_graphs:
+        return 'off'
+    return 'resident+streamed' if stream_graphs else 'resident'

@@ -10,13 +10,19 @@ attention, whose key length grows, stay eager. A replay runs the captured kernel
 shapes, so the layer's output is bit-identical to its eager forward (checked against whole-GPU
 eager runs by `test_cuda_layer_graphs_change_no_bit` in test/engine/test_engine.py).
 
-Only layers whose weights never move may be graphed: a captured kernel keeps its weight
-addresses. The engine enables the runtime's resident layers after attaching and releases the
-graphs before it detaches.
+A captured kernel keeps its weight addresses. A resident layer's weights never move, so its
+graphs are its own. A streamed layer's weights are views of the slot it runs from, laid out the
+same in that slot for every layer of its sequence, so its graphs are the slot's
+(`enable(..., by_slot=True)`): keyed by the addresses and shapes of the layer's first and last
+parameters, which name the slot, they serve every layer of the sequence that runs from it, and
+the weights a replay reads are whichever layer the runtime put there (ordered on the stream
+before the call, as an eager call's are). Such a layer returns a copy of the slot graph's output,
+which the slot's next layer overwrites. The engine enables the layers after attaching and
+releases the graphs before it detaches.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +43,8 @@ class GraphedDecoderLayer(Qwen3VLTextDecoderLayer):
 
     self_attn: RolledRotaryAttention
     graphs: LayerGraphs | None = None
+    # Set for a streamed layer: (first, last) parameter, whose current storage names the slot.
+    graph_slot_params: tuple[nn.Parameter, nn.Parameter] | None = None
 
     def forward(self, hidden_states: torch.Tensor,
                 position_embeddings: tuple[torch.Tensor, torch.Tensor],
@@ -88,6 +96,25 @@ class _Captured:
     out: torch.Tensor
 
 
+def slot_params(layer: nn.Module) -> tuple[nn.Parameter, nn.Parameter]:
+    """Return the first and last parameter of a streamed layer, which name its slot."""
+    params = list(layer.parameters())
+    return params[0], params[-1]
+
+
+def graph_key(layer: GraphedDecoderLayer) -> Hashable:
+    """Return what a layer's graphs belong to: the layer, or (streamed) its current slot.
+
+    A slot is named by the storage address and shape of the layer's first and last parameters
+    as they are bound now.
+    """
+    if layer.graph_slot_params is None:
+        return id(layer)
+    first, last = layer.graph_slot_params
+    return (type(layer), first.data_ptr(), tuple(first.shape), last.data_ptr(),
+            tuple(last.shape))
+
+
 class LayerGraphs:
     """The captured graphs of the layers enabled on one device, in one shared memory pool.
 
@@ -109,11 +136,18 @@ class LayerGraphs:
         # The pass's rotary tensors each shape's static copy was last taken from.
         self._rotary: dict[tuple[Any, ...], tuple[torch.Tensor, ...]] = {}
 
-    def enable(self, layers: Iterable[nn.Module]) -> int:
-        """Graph `layers` from their next call on; their weights must stay where they are."""
+    def enable(self, layers: Iterable[nn.Module], by_slot: bool = False) -> int:
+        """Graph `layers` from their next call on.
+
+        Without `by_slot` each layer's weights must stay where they are (resident). With it,
+        the layers are streamed and share the graphs of the slot they run from (module
+        docstring): every slot must lay them out alike, as the runtime does for the layers of
+        one sequence.
+        """
         found = [m for m in layers if isinstance(m, GraphedDecoderLayer)]
         for layer in found:
             layer.graphs = self
+            layer.graph_slot_params = slot_params(layer) if by_slot else None
         self._layers.extend(found)
         return len(found)
 
@@ -121,6 +155,7 @@ class LayerGraphs:
         """Stop graphing and drop every graph and static tensor (before the weights move)."""
         for layer in self._layers:
             layer.graphs = None
+            layer.graph_slot_params = None
         self._layers, self._captured, self._rotary = [], {}, {}
         self._pool = torch.cuda.graph_pool_handle()
 
@@ -140,16 +175,19 @@ class LayerGraphs:
             attn_kwargs: dict[str, Any]) -> torch.Tensor:
         """One layer call: replay before the cache, attend eagerly, replay after it."""
         shape = (tuple(hidden.shape), hidden.dtype, tuple(rotary[0].shape), rotary[0].dtype)
-        got = self._captured.get((id(layer), shape))
+        key = graph_key(layer)
+        got = self._captured.get((key, shape))
         if got is None:
-            return self._capture(layer, shape, hidden, rotary, mask, cache, attn_kwargs)
-        got.hidden.copy_(hidden)
-        self._sync_rotary(shape, rotary, got.rotary)
-        got.before.replay()
-        attended, _ = layer.self_attn.attend(*got.qkv, mask, cache, **attn_kwargs)
-        got.attended.copy_(attended)
-        got.after.replay()
-        return got.out
+            out = self._capture(layer, key, shape, hidden, rotary, mask, cache, attn_kwargs)
+        else:
+            got.hidden.copy_(hidden)
+            self._sync_rotary(shape, rotary, got.rotary)
+            got.before.replay()
+            attended, _ = layer.self_attn.attend(*got.qkv, mask, cache, **attn_kwargs)
+            got.attended.copy_(attended)
+            got.after.replay()
+            out = got.out
+        return out if layer.graph_slot_params is None else out.clone()
 
     def _sync_rotary(self, shape: tuple[Any, ...], rotary: tuple[torch.Tensor, torch.Tensor],
                      static: tuple[torch.Tensor, torch.Tensor]) -> None:
@@ -160,7 +198,7 @@ class LayerGraphs:
             static[1].copy_(rotary[1])
             self._rotary[shape] = rotary      # held, so their identity stays unique
 
-    def _capture(self, layer: GraphedDecoderLayer, shape: tuple[Any, ...],
+    def _capture(self, layer: GraphedDecoderLayer, key: Hashable, shape: tuple[Any, ...],
                  hidden: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor],
                  mask: torch.Tensor | None, cache: Any,
                  attn_kwargs: dict[str, Any]) -> torch.Tensor:
@@ -181,7 +219,7 @@ class LayerGraphs:
         static_attended.copy_(attended)
         after, out = self._graph(layer.after_attention, static_attended, static_hidden)
         after.replay()
-        self._captured[(id(layer), shape)] = _Captured(before, after, static_hidden,
+        self._captured[(key, shape)] = _Captured(before, after, static_hidden,
                                                        static_rotary, qkv, static_attended, out)
         return out
 

@@ -19,6 +19,7 @@ from alpamayo_offload.engine import (
 )
 from alpamayo_offload.engine.identity import kernel_settings
 from alpamayo_offload.model import build_random, save_checkpoint, tiny_config
+from alpamayo_offload.model.layer_graphs import graph_key, slot_params
 
 FIXTURE = (Path(__file__).resolve().parents[2] / '..' / 'shared' / 'fixtures'
            / 'alpamayo-official-tiny')
@@ -354,6 +355,52 @@ def test_cuda_embedding_on_host_matches_preload_bit_for_bit() -> None:
         engine.close()
     assert got.coc_token_ids == ref.coc_token_ids
     assert np.array_equal(got.samples_xyz, ref.samples_xyz)
+
+
+def test_streamed_layers_name_their_slot_for_its_graphs(inputs) -> None:
+    """A streamed layer's graph key is its slot's: as many keys per sequence as slots, and the
+    language model's never the expert's; a resident layer's is its own."""
+    engine = Engine.from_config(EngineConfig(mode='pipelined', resident={'lm': (0,)}, **SMALL))
+    keys: dict[str, set] = {'lm': set(), 'expert': set()}
+    try:
+        seqs = engine.model.layer_sequences()
+        hooks = []
+        for name in keys:
+            for i, layer in enumerate(seqs[name]):
+                layer.graph_slot_params = None if (name, i) == ('lm', 0) else slot_params(layer)
+                hooks.append(layer.register_forward_hook(
+                    lambda m, a, o, name=name: keys[name].add(graph_key(m))))
+        engine.infer(inputs)
+        for h in hooks:
+            h.remove()
+        assert id(seqs['lm'][0]) in keys['lm']
+        slots = 2                                     # the pipelined double buffer
+        assert len(keys['lm'] - {id(seqs['lm'][0])}) == slots
+        assert len(keys['expert']) == slots and not keys['lm'] & keys['expert']
+    finally:
+        engine.close()
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize('num_samples', [1, 2])
+def test_cuda_streamed_layer_graphs_change_no_bit(num_samples: int) -> None:
+    """Graphs of streamed layers, by slot, == the eager whole-GPU run, replayed by every layer
+    streamed through the slot."""
+    inputs = example_input(216, 384)
+    config = dict(CUDA, num_samples=num_samples, sample=num_samples > 1)
+    ref = _preload_result(inputs, layer_graphs=False, **config)
+    engine = Engine.from_config(EngineConfig(mode='pipelined', resident={'lm': (0,)},
+                                             stream_graphs=True, **config))
+    try:
+        assert engine.info.kernel_settings.endswith('graphs=resident+streamed')
+        runs = [engine.infer(inputs) for _ in range(3)]
+        assert 0 < engine.info.layer_graphs
+        for got in runs:
+            assert np.array_equal(got.samples_xyz, ref.samples_xyz)
+            assert np.array_equal(got.samples_rot, ref.samples_rot)
+            assert got.coc_token_ids == ref.coc_token_ids
+    finally:
+        engine.close()
 
 
 @pytest.mark.cuda

@@ -57,5 +57,9 @@ def test_kernel_settings_name_deterministic_mode_cublas_workspace_norms_and_grap
         torch.use_deterministic_algorithms(True)
         assert kernel_settings(fused_norms=False, layer_graphs=False) == (
             'deterministic=True, CUBLAS_WORKSPACE_CONFIG=:4096:8, norms=per-op, graphs=off')
+        assert kernel_settings(fused_norms=True, stream_graphs=True).endswith(
+            'graphs=resident+streamed')
+        assert kernel_settings(fused_norms=True, layer_graphs=False,
+                               stream_graphs=True).endswith('graphs=off')
     finally:
         torch.use_deterministic_algorithms(before)
