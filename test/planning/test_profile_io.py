@@ -188,3 +188,25 @@ def test_fitted_tails_recover_the_non_layer_time_a_pipelined_run_shows() -> None
     floor = with_fitted_tails(inflated, placement, {**walls, 'vision': 1.0})
     assert floor.phases[0].typical_other_ms() == 0.0
     assert floor.settings['fitted_tails']['vision']['replayed_wall_ms'] > 1.0
+
+
+def test_a_profile_that_did_not_time_the_decompression_enqueue_loads_and_says_so(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Files written before the profiler timed nvCOMP's enqueue still load, priced at 0 host ms,
+    with a warning naming the sequence; a file that timed it loads silently."""
+    profile = table3_profile()
+    seq = profile.sequences[0]
+    packed = replace(seq, compressed_bytes=tuple(b // 2 for b in seq.layer_bytes),
+                     decompress_gbps=100.0, decompress_host_ms=0.4)
+    data = replace(profile, sequences=(packed, *profile.sequences[1:])).to_dict()
+    (tmp_path / 'timed.json').write_text(json.dumps(data))
+    del data['sequences'][0]['decompress_host_ms']
+    (tmp_path / 'untimed.json').write_text(json.dumps(data))
+    with caplog.at_level(logging.WARNING):
+        timed, _ = load_profile(tmp_path / 'timed.json')
+    assert timed.sequences[0].decompress_host_ms == 0.4 and not caplog.text
+    with caplog.at_level(logging.WARNING):
+        untimed, _ = load_profile(tmp_path / 'untimed.json')
+    assert untimed.sequences[0].decompress_host_ms == 0.0
+    assert f"sequence {seq.name!r} measured compression but not the host time" in caplog.text
+    assert caplog.text.count('measured compression but not') == 1   # raw sequences say nothing
