@@ -6,6 +6,8 @@
   (against `estimate_graph_bytes`, by allocator pool), and do they change any bit?
 - `kv-memory`: what VRAM does one inference take per phase (samples, navigation guidance),
   against the working-set estimate and the per-row (repeated) KV cache?
+- `predict-rows` (CPU, no `--out`): how far off is the predictor, per phase, on the measured
+  rows of `bench_workloads` and `bench_compress` runs, priced again from their profiles?
 - `prefill-start`: is the prefill's first streamed LM layer already in its slot when the prefill
   starts (its copy hidden behind the end of vision)?
 - `replan`: what does re-planning a loaded model cost, in time and host memory, with and

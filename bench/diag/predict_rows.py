@@ -1,19 +1,28 @@
-"""`predict-rows`: re-predict every measured row of `bench_workloads` runs from their profiles.
+"""`predict-rows`: re-predict every measured row of bench runs from their profiles.
 
-Reads each run directory's rows.jsonl and profile_*.json (the profiles the rows were planned
-with), prices each row's own placement (its resident layers and embedding placement; preload:
-every layer resident) with the predictor at the bench's workload, as `bench_workloads` does,
-and prints per phase predicted against measured ms and their error, with the phase's
-predicted copy, compute and host time and whether it is CPU-sensitive (its host issue work
-nearly bounds it, so it follows the CPU's speed of the moment).
+Reads `bench_workloads` folders (rows.jsonl and profile_*.json: the profiles the rows were
+planned with) and `bench_compress --plan-from` folders (rows.json and profile.json), told apart
+by their files. Prices each row's own placement (its resident layers, kept-compressed layers and
+embedding placement; preload: every layer resident) with the predictor at the bench's workload,
+as the bench did, and prints per phase predicted against measured ms and the prediction's error
+(predicted / measured - 1), with the phase's predicted copy, compute and host time in the JSON
+and whether it is CPU-sensitive (its host issue work nearly bounds it, so it follows the CPU's
+speed of the moment).
 
 Where a row probed the pinned copy rate and the CPU's kernel-issue speed around its runs
 (`row_link_gbps`, `row_host_issue_us`), a second line prices it at those (the profile's host
 terms scaled by the row's issue speed against the profile's, its copy rate the row's): what is
 left is the model's error, not the machine's drift between the profile and the row.
-Pure: no GPU, no torch.
 
-    python -m bench.diag predict-rows --runs docs/results/2026-12-02d-h200/wl2s [DIR ...]
+`--profile` prices the rows from another profile (a file; for a bench_workloads folder also a
+folder of profile_*.json). `--decompress-host-ms SEQ=MS,...` prices each decompression's host
+enqueue at MS for SEQ instead of the profile's value: a what-if for a profile that did not time
+it, never a substitute for measuring it. Pure: no GPU, no torch.
+
+    python -m bench.diag predict-rows --runs docs/results/2026-12-02d-h200/wl2s \\
+        docs/results/2026-12-02-h200/compress
+    python -m bench.diag predict-rows --runs docs/results/2026-12-02-h200/compress \\
+        --decompress-host-ms lm=0.45,expert=0.45,vit=0.45
 """
 from __future__ import annotations
 
@@ -21,32 +30,35 @@ import argparse
 import dataclasses
 import json
 import statistics
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from alpamayo_offload.planning import Placement, Prediction, Profile, predict
-from bench.bench_workloads import WORKLOADS, all_resident, read_profiles, read_run
+from alpamayo_offload.planning import Prediction, Profile, ProfileFormatError, predict
 from bench.diag.common import add_subcommand
+from bench.diag.measured_rows import MeasuredRow, Pricing, measured_rows, parse_host_ms
 
 PHASES = ('vision', 'prefill', 'decode', 'diffusion')
 
 
 def register(sub: Any) -> None:
     """Add the `predict-rows` sub-command."""
-    p = add_subcommand(sub, 'predict-rows', 're-predict bench_workloads rows from their profiles',
-                       __doc__)
+    p = add_subcommand(sub, 'predict-rows', 're-predict bench_workloads and bench_compress rows '
+                       'from their profiles (CPU)', __doc__)
     p.add_argument('--runs', type=Path, nargs='+', required=True,
-                   help='bench_workloads output folders (rows.jsonl and profile_*.json)')
+                   help='bench_workloads (rows.jsonl, profile_*.json) or bench_compress '
+                        '(rows.json, profile.json) output folders')
+    p.add_argument('--profile', type=Path, default=None,
+                   help="price from this profile instead of each run's own")
+    p.add_argument('--decompress-host-ms', default='', metavar='SEQ=MS,...',
+                   help='what-if: price each decompression host enqueue of SEQ at MS')
+    p.add_argument('--decode-tokens', type=int, default=None,
+                   help="decode passes to price (default: the bench's, 21)")
+    p.add_argument('--diffusion-steps', type=int, default=None,
+                   help="diffusion steps to price (default: the bench's, 10)")
     p.add_argument('--json', type=Path, default=None, help='also write the table as JSON here')
     p.set_defaults(func=run)
-
-
-def row_placement(profile: Profile, row: Mapping[str, Any]) -> Placement:
-    """The placement a row ran: preload every layer resident, a planned row its own."""
-    if row['kind'] == 'preload':
-        return all_resident(profile)
-    return Placement.of(row['resident'], bool(row.get('embed_on_host', False)))
 
 
 def at_row_machine(profile: Profile, row: Mapping[str, Any]) -> Profile | None:
@@ -68,9 +80,9 @@ def at_row_machine(profile: Profile, row: Mapping[str, Any]) -> Profile | None:
     return out
 
 
-def phase_table(prediction: Prediction, row: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+def phase_table(prediction: Prediction,
+                measured: Mapping[str, float]) -> dict[str, dict[str, Any]]:
     """Per phase (and 'total'): predicted and measured ms, error, copy/compute/host terms."""
-    measured = row.get('phases_s', {})
     out: dict[str, dict[str, Any]] = {}
     for name in PHASES:
         try:
@@ -88,31 +100,23 @@ def phase_table(prediction: Prediction, row: Mapping[str, Any]) -> dict[str, dic
     return out
 
 
-def repredict(run_dir: Path) -> list[dict[str, Any]]:
-    """One record per measured row of a run: its label, the table, and at the row's machine."""
-    rows, _meta = read_run(run_dir)
-    profiles = read_profiles([str(run_dir)])
-    out = []
-    for row in rows:
-        if row.get('status') != 'ok' or row.get('kind') not in ('preload', 'planned'):
-            continue
-        spec = WORKLOADS[row['workload']]
-        found = profiles.get((spec.num_samples, spec.guidance))
-        if found is None:
-            raise SystemExit(f'{run_dir}: no profile_*.json of {spec.num_samples} samples, '
-                             f'guidance {spec.guidance} for row {row["workload"]} '
-                             f'{row["kind"]} {row.get("budget_gib")}')
-        profile = found[0]
-        placement = row_placement(profile, row)
-        workload = spec.planner_workload()
-        record = {'run': str(run_dir), 'workload': row['workload'], 'kind': row['kind'],
-                  'budget_gib': row.get('budget_gib'), 'runs_s': row.get('runs_s'),
-                  'phases': phase_table(predict(profile, placement, workload), row)}
-        there = at_row_machine(profile, row)
-        if there is not None:
-            record['at_row_machine'] = phase_table(predict(there, placement, workload), row)
-        out.append(record)
+def record(measured: MeasuredRow) -> dict[str, Any]:
+    """One row's label, its table, and (where it probed the machine) the table at its machine."""
+    row = measured.row
+    out = {'run': str(measured.run), 'workload': measured.name, 'kind': measured.kind,
+           'budget_gib': measured.budget_gib, 'runs_s': row.get('runs_s'),
+           'phases': phase_table(predict(measured.profile, measured.placement,
+                                         measured.workload), measured.measured_s())}
+    there = at_row_machine(measured.profile, row)
+    if there is not None:
+        out['at_row_machine'] = phase_table(predict(there, measured.placement,
+                                                    measured.workload), measured.measured_s())
     return out
+
+
+def repredict(run_dir: Path, pricing: Pricing | None = None) -> list[dict[str, Any]]:
+    """One record per measured row of a run folder (see `record`)."""
+    return [record(m) for m in measured_rows(run_dir, pricing or Pricing())]
 
 
 def _fmt(cell: Mapping[str, Any]) -> str:
@@ -135,15 +139,21 @@ def render(records: list[dict[str, Any]]) -> str:
             cells = ' '.join(_fmt(table[n]) if n in table else f'{"-":>23}'
                              for n in (*PHASES, 'total'))
             runs = '' if tag else ' '.join(f'{x:.3f}' for x in r['runs_s'] or ())
-            lines.append(f'{label + tag:27} {cells}  {runs}')
+            lines.append(f'{label + tag:27} {cells}  {runs}'.rstrip())
     lines.append('cells: predicted/measured ms, error of the prediction; * CPU-sensitive; '
                  '@row: at the copy rate and CPU speed probed around the row')
     return '\n'.join(lines)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the table (and write it as JSON with `--json`)."""
-    records = [r for d in args.runs for r in repredict(d)]
+    """Print the table (and write it as JSON with `--json`); 2 with a named reason on bad input."""
+    try:
+        pricing = Pricing(args.profile, parse_host_ms(args.decompress_host_ms),
+                          args.decode_tokens, args.diffusion_steps)
+        records = [r for d in args.runs for r in repredict(d, pricing)]
+    except (OSError, ValueError, KeyError, ProfileFormatError) as err:
+        print(f'predict-rows: {err}', file=sys.stderr)
+        return 2
     print(render(records))
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
