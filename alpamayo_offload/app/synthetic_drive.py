@@ -73,6 +73,7 @@ class DriveConfig:
     storage: str = 'mcap'              # 'mcap' or 'sqlite3'
     image_format: str = 'raw'          # 'raw', 'jpeg' or 'png'
     encoding: str = 'rgb8'             # raw only: any of assembly.RAW_ENCODINGS
+    slot_encodings: tuple[str, ...] = ()   # raw only: per slot (camera_slots order), else encoding
     compressed_format: str = ''        # CompressedImage.format written ('': image_format)
     width: int = 160
     height: int = 96
@@ -107,10 +108,16 @@ class DriveConfig:
             raise ValueError(f"storage {self.storage!r} must be 'mcap' or 'sqlite3'")
         if self.image_format not in ('raw', 'jpeg', 'png'):
             raise ValueError(f"image_format {self.image_format!r} must be 'raw', 'jpeg' or 'png'")
-        if self.encoding not in RAW_ENCODINGS:
-            raise ValueError(f'encoding {self.encoding!r} must be one of {sorted(RAW_ENCODINGS)}')
-        if RAW_ENCODINGS[self.encoding].channels == 2 and self.width % 2:
-            raise ValueError(f'{self.encoding} packs pixel pairs: width {self.width} must be even')
+        if self.slot_encodings and (len(self.slot_encodings) != len(self.camera_slots)
+                                    or self.image_format != 'raw'):
+            raise ValueError(f'slot_encodings {self.slot_encodings} must give each of '
+                             f'camera_slots {self.camera_slots} (same order) a raw encoding, '
+                             'or be empty')
+        for encoding in {self.encoding, *self.slot_encodings}:
+            if encoding not in RAW_ENCODINGS:
+                raise ValueError(f'encoding {encoding!r} must be one of {sorted(RAW_ENCODINGS)}')
+            if RAW_ENCODINGS[encoding].channels == 2 and self.width % 2:
+                raise ValueError(f'{encoding} packs pixel pairs: width {self.width} must be even')
         for name in ('duration_s', 'camera_rate_hz', 'odom_rate_hz', 'width', 'height'):
             if not getattr(self, name) > 0:
                 raise ValueError(f'{name} = {getattr(self, name)} must be > 0')
@@ -137,6 +144,12 @@ class DriveConfig:
             return self.faults
         return (Fault(self.fault, self.fault_after_s, self.fault_duration_s, self.fault_slot),
                 *self.faults)
+
+    def encoding_of(self, slot: int) -> str:
+        """Raw encoding the frames of `slot` are written in (`slot_encodings`, else `encoding`)."""
+        if not self.slot_encodings:
+            return self.encoding
+        return self.slot_encodings[self.camera_slots.index(slot)]
 
     def camera_id(self, slot: int) -> str:
         """Sensor id of `slot` (`camera_ids`, default 'camera_<slot>')."""
@@ -313,6 +326,8 @@ def write_drive(path: Path, cfg: DriveConfig,
                 covariance=np.zeros(36)))
         events.append((stamp, cfg.odom_topic, msg, 'nav_msgs/msg/Odometry'))
     n_cam = int(cfg.duration_s * cfg.camera_rate_hz) + 1
+    slot_cfgs = {slot: replace(cfg, encoding=cfg.encoding_of(slot), slot_encodings=())
+                 if cfg.slot_encodings else cfg for slot in cfg.camera_slots}
     for k in range(n_cam):
         t_nom = k / cfg.camera_rate_hz
         for slot in cfg.camera_slots:
@@ -321,12 +336,12 @@ def write_drive(path: Path, cfg: DriveConfig,
             t_s = t_nom + float(rng.uniform(-cfg.jitter_s, cfg.jitter_s)) if k else t_nom
             stamp = cfg.start_ns + round(t_s * _NS)
             hit = image_fault(slot, t_s)
-            frame_cfg = cfg
+            frame_cfg = slot_cfgs[slot]
             if hit == 'size':
-                frame_cfg = replace(cfg, width=cfg.width + 16, fault='', faults=())
+                frame_cfg = replace(frame_cfg, width=cfg.width + 16, fault='', faults=())
             data, step = (encoded_frame(slot, k), 0) if encoded_frame is not None else \
                 _encode(frame_cfg, camera_frame(frame_cfg, slot, t_s))
-            encoding = cfg.encoding if cfg.image_format == 'raw' else \
+            encoding = frame_cfg.encoding if cfg.image_format == 'raw' else \
                 cfg.compressed_format or cfg.image_format
             height, width = cfg.height, frame_cfg.width
             if hit:
@@ -369,7 +384,7 @@ def _parse_args(argv: list[str] | None) -> tuple[Path, DriveConfig]:
         if f.name in ('routes', 'faults'):
             continue
         if isinstance(value, tuple):
-            kind = str if f.name == 'camera_ids' else int
+            kind = str if f.name in ('camera_ids', 'slot_encodings') else int
             parser.add_argument(f'--{f.name.replace("_", "-")}', type=kind, nargs='*',
                                 default=value)
         else:
@@ -378,6 +393,7 @@ def _parse_args(argv: list[str] | None) -> tuple[Path, DriveConfig]:
     out = ns.pop('output')
     ns['camera_slots'] = tuple(ns['camera_slots'])
     ns['camera_ids'] = tuple(ns['camera_ids'])
+    ns['slot_encodings'] = tuple(ns['slot_encodings'])
     routes = [r.partition('=') for r in ns['routes']]
     if any(not sep for _, sep, _ in routes):
         parser.error('--routes takes SECONDS=TEXT items')

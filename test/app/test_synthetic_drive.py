@@ -96,6 +96,25 @@ def test_camera_encodings_decode_back_to_the_drawn_frame(tmp_path: Path, encodin
     assert np.abs(got - want).mean() < 6.0, np.abs(got - want).mean()
 
 
+def test_slot_encodings_give_each_camera_its_own(tmp_path: Path) -> None:
+    """Each camera slot's frames are in its own raw encoding and decode to the frame drawn."""
+    cfg = DriveConfig(duration_s=0.2, slot_encodings=('yuv422', 'bayer_rggb8', 'mono16', 'rgb8'))
+    cams, _ = read_drive(write_drive(tmp_path / 'bag', cfg))
+    for slot, encoding in zip(cfg.camera_slots, cfg.slot_encodings, strict=True):
+        assert {f.encoding for f in cams[slot]} == {encoding} == {cfg.encoding_of(slot)}
+        got = decode_image(cams[slot][0], None).pixels.astype(float)
+        want = camera_frame(cfg, slot, 0.0).astype(float)
+        if encoding.startswith('mono'):
+            want = np.repeat(want @ np.array([[0.299], [0.587], [0.114]]), 3, axis=2)
+        assert np.abs(got - want).mean() < 6.0, (encoding, np.abs(got - want).mean())
+    for bad in ({'slot_encodings': ('yuv422',)}, {'slot_encodings': ('rgb8',) * 4,
+                                                  'image_format': 'jpeg'},
+                {'slot_encodings': ('rgb8', 'rgb8', 'rgb8', 'mono9')},
+                {'slot_encodings': ('rgb8', 'rgb8', 'rgb8', 'yuv422'), 'width': 161}):
+        with pytest.raises(ValueError, match='slot_encodings|must be one of|must be even'):
+            DriveConfig(**bad)
+
+
 @pytest.mark.parametrize(('fmt', 'encoding'), [('raw', 'rgb8'), ('jpeg', 'rgb8')])
 def test_too_large_fault_is_rejected_from_the_header(tmp_path: Path, fmt: str,
                                                      encoding: str) -> None:

@@ -117,11 +117,19 @@ def _fault_sequence(faults: dict[str, str], **drive: object) -> DriveConfig:
                        dropout_after_s=t, **drive)
 
 
+# Camera families (case: session): packed YUV, Bayer and 16-bit, one camera slot each in one
+# drive (slot 6 stays rgb8), and image_transport's compressed format string in its own.
+RAW_FAMILIES = ('yuv422', 'bayer_rggb8', 'mono16')
+ENCODING_CASES = {**dict.fromkeys(RAW_FAMILIES, 'encoding raw'),
+                  'jpeg_format_string': 'encoding jpeg_format_string'}
 SESSION_DRIVES = {
     'paths': DriveConfig(duration_s=4.0),
     'faults raw': _fault_sequence(RAW_FAULTS),
     'faults jpeg': _fault_sequence(JPEG_FAULTS, image_format='jpeg'),
     'camera missing': DriveConfig(duration_s=4.0, camera_slots=(0, 1, 2)),
+    'encoding raw': DriveConfig(duration_s=3.0, slot_encodings=(*RAW_FAMILIES, 'rgb8')),
+    'encoding jpeg_format_string': DriveConfig(duration_s=3.0, image_format='jpeg',
+                                               compressed_format='rgb8; jpeg compressed bgr8'),
 }
 # case: (session, reason). Faults that end are followed by paths again; camera_stops ends the raw
 # drive, camera_missing has its own drive (a camera set without slot 6), and stale_after_end is
@@ -140,21 +148,8 @@ FAULT_CASES = {
 }
 
 
-# One camera family each: packed YUV, Bayer, 16-bit, image_transport's compressed format string.
-ENCODING_DRIVES = {
-    'yuv422': DriveConfig(encoding='yuv422'),
-    'bayer_rggb8': DriveConfig(encoding='bayer_rggb8'),
-    'mono16': DriveConfig(encoding='mono16'),
-    'jpeg_format_string': DriveConfig(image_format='jpeg',
-                                      compressed_format='rgb8; jpeg compressed bgr8'),
-}
-
-
 def _drive(name: str) -> DriveConfig:
     """The drive session `name` plays ('plan warn': the plain drive, with its own parameters)."""
-    kind, _, case = name.partition(' ')
-    if kind == 'encoding':
-        return DriveConfig(**{**ENCODING_DRIVES[case].__dict__, 'duration_s': 3.0})
     return SESSION_DRIVES['paths' if name == 'plan warn' else name]
 
 
@@ -164,7 +159,7 @@ def _drive(name: str) -> DriveConfig:
 SESSION_OF = {
     'test_paths_stamped_with_t0_in_frame_with_all_stage_keys': lambda _: 'paths',
     'test_bad_input_gives_diagnostic_and_node_survives': lambda p: FAULT_CASES[p['case']][0],
-    'test_camera_encoding_families_give_paths': lambda p: f"encoding {p['name']}",
+    'test_camera_encoding_families_give_paths': lambda p: ENCODING_CASES[p['name']],
     'test_slow_frame_decode_is_warned_and_inference_goes_on': lambda _: 'plan warn',
     'test_stages_over_the_plans_prediction_warn_in_the_plan_status': lambda _: 'plan warn',
 }
@@ -251,10 +246,10 @@ def test_shared_fault_drives_give_each_reason_in_its_own_stretch(tmp_path: Path)
             assert seen[case] and all(start <= t < end for t in seen[case]), (case, seen[case])
 
 
-@pytest.mark.parametrize('name', list(ENCODING_DRIVES))
+@pytest.mark.parametrize('name', list(ENCODING_CASES))
 def test_camera_encoding_families_give_paths(drives: dict[str, Future[SessionResult]],
                                              name: str) -> None:
-    res = drives[f'encoding {name}'].result()
+    res = drives[ENCODING_CASES[name]].result()
     assert res.node_alive_at_end, res.node_output[-3000:]
     ego = [p for p in res.paths if p.topic.endswith('/path')]
     assert ego and all(np.isfinite(p.xyz).all() for p in ego), res.node_output[-3000:]
