@@ -24,12 +24,45 @@ from ..assembly import RAW_ENCODINGS
 
 LOG = logging.getLogger(__name__)
 _NS = 1_000_000_000
-# Faults injected from fault_after_s for fault_duration_s (image faults: fault_slot only).
+# Faults injected from fault_after_s for fault_duration_s (image faults: fault_slot only), and
+# each of `DriveConfig.faults` in its own window.
 # too_large: the frame's header claims 16000 x 12000 pixels (raw: height/width; JPEG: its SOF).
 FAULTS = ('encoding', 'truncated', 'step', 'corrupt', 'size', 'too_large', 'nan_odometry',
           'odometry_gap')
+ODOMETRY_FAULTS = ('nan_odometry', 'odometry_gap')
 _BAYER = {'rggb': ('RG', 'GB'), 'bggr': ('BG', 'GR'), 'gbrg': ('GB', 'RG'), 'grbg': ('GR', 'BG')}
 _HUGE_HW = (12000, 16000)
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One injected fault: `kind` (one of FAULTS) from `after_s` for `duration_s`.
+
+    Image faults break the frames of camera `slot` only; odometry faults ignore it.
+    """
+
+    kind: str
+    after_s: float
+    duration_s: float
+    slot: int = 0
+
+    def __post_init__(self) -> None:
+        if self.kind not in FAULTS:
+            raise ValueError(f'fault {self.kind!r} must be one of {FAULTS}')
+        if not self.duration_s > 0:
+            raise ValueError(f'fault {self.kind} duration_s = {self.duration_s} must be > 0')
+
+    def covers(self, t_s: float) -> bool:
+        """Whether `t_s` (seconds after the drive's start) lies in the fault's window."""
+        return self.after_s <= t_s < self.after_s + self.duration_s
+
+    def overlaps(self, other: Fault) -> bool:
+        """Whether both would break the same message: same stream, windows that overlap."""
+        odometry = self.kind in ODOMETRY_FAULTS
+        same_stream = odometry == (other.kind in ODOMETRY_FAULTS) and \
+            (odometry or self.slot == other.slot)
+        return same_stream and self.after_s < other.after_s + other.duration_s and \
+            other.after_s < self.after_s + self.duration_s
 
 
 @dataclass(frozen=True)
@@ -40,6 +73,7 @@ class DriveConfig:
     storage: str = 'mcap'              # 'mcap' or 'sqlite3'
     image_format: str = 'raw'          # 'raw', 'jpeg' or 'png'
     encoding: str = 'rgb8'             # raw only: any of assembly.RAW_ENCODINGS
+    slot_encodings: tuple[str, ...] = ()   # raw only: per slot (camera_slots order), else encoding
     compressed_format: str = ''        # CompressedImage.format written ('': image_format)
     width: int = 160
     height: int = 96
@@ -67,26 +101,55 @@ class DriveConfig:
     fault_slot: int = 0
     fault_after_s: float = 2.0
     fault_duration_s: float = 0.4
+    faults: tuple[Fault, ...] = ()     # more faults, besides `fault`: one drive, several cases
 
     def __post_init__(self) -> None:
         if self.storage not in ('mcap', 'sqlite3'):
             raise ValueError(f"storage {self.storage!r} must be 'mcap' or 'sqlite3'")
         if self.image_format not in ('raw', 'jpeg', 'png'):
             raise ValueError(f"image_format {self.image_format!r} must be 'raw', 'jpeg' or 'png'")
-        if self.encoding not in RAW_ENCODINGS:
-            raise ValueError(f'encoding {self.encoding!r} must be one of {sorted(RAW_ENCODINGS)}')
-        if RAW_ENCODINGS[self.encoding].channels == 2 and self.width % 2:
-            raise ValueError(f'{self.encoding} packs pixel pairs: width {self.width} must be even')
+        if self.slot_encodings and (len(self.slot_encodings) != len(self.camera_slots)
+                                    or self.image_format != 'raw'):
+            raise ValueError(f'slot_encodings {self.slot_encodings} must give each of '
+                             f'camera_slots {self.camera_slots} (same order) a raw encoding, '
+                             'or be empty')
+        for encoding in {self.encoding, *self.slot_encodings}:
+            if encoding not in RAW_ENCODINGS:
+                raise ValueError(f'encoding {encoding!r} must be one of {sorted(RAW_ENCODINGS)}')
+            if RAW_ENCODINGS[encoding].channels == 2 and self.width % 2:
+                raise ValueError(f'{encoding} packs pixel pairs: width {self.width} must be even')
         for name in ('duration_s', 'camera_rate_hz', 'odom_rate_hz', 'width', 'height'):
             if not getattr(self, name) > 0:
                 raise ValueError(f'{name} = {getattr(self, name)} must be > 0')
         if self.fault and self.fault not in FAULTS:
             raise ValueError(f'fault {self.fault!r} must be empty or one of {FAULTS}')
+        injected = self.injected_faults()
+        for i, a in enumerate(injected):
+            if a.kind not in ODOMETRY_FAULTS and a.slot not in self.camera_slots:
+                raise ValueError(f'fault {a.kind} hits camera slot {a.slot}, not one of '
+                                 f'camera_slots {self.camera_slots}')
+            for b in injected[i + 1:]:
+                if a.overlaps(b):
+                    raise ValueError(f'faults {a} and {b} would break the same messages: give '
+                                     'them windows apart')
         if self.camera_ids and len(self.camera_ids) != len(self.camera_slots):
             raise ValueError(f'camera_ids {self.camera_ids} must name each of camera_slots '
                              f'{self.camera_slots} (same order), or be empty')
         if not 0 <= self.jitter_s < 0.5 / self.camera_rate_hz:
             raise ValueError(f'jitter_s {self.jitter_s} must be in [0, half a camera period)')
+
+    def injected_faults(self) -> tuple[Fault, ...]:
+        """`fault` (with its slot and window) where set, then `faults`."""
+        if not self.fault:
+            return self.faults
+        return (Fault(self.fault, self.fault_after_s, self.fault_duration_s, self.fault_slot),
+                *self.faults)
+
+    def encoding_of(self, slot: int) -> str:
+        """Raw encoding the frames of `slot` are written in (`slot_encodings`, else `encoding`)."""
+        if not self.slot_encodings:
+            return self.encoding
+        return self.slot_encodings[self.camera_slots.index(slot)]
 
     def camera_id(self, slot: int) -> str:
         """Sensor id of `slot` (`camera_ids`, default 'camera_<slot>')."""
@@ -227,17 +290,25 @@ def write_drive(path: Path, cfg: DriveConfig,
         stamp = time_t(sec=stamp_ns // _NS, nanosec=stamp_ns % _NS)
         return header_t(stamp=stamp, frame_id=frame_id)
 
-    def faulty(t_s: float, *kinds: str) -> bool:
-        return cfg.fault in kinds and \
-            cfg.fault_after_s <= t_s < cfg.fault_after_s + cfg.fault_duration_s
+    injected = cfg.injected_faults()
+
+    def odometry_fault(t_s: float) -> str:
+        """Name the odometry fault active at `t_s` ('' for none)."""
+        return next((f.kind for f in injected if f.kind in ODOMETRY_FAULTS and f.covers(t_s)), '')
+
+    def image_fault(slot: int, t_s: float) -> str:
+        """Name the image fault breaking the frame of `slot` at `t_s` ('' for none)."""
+        return next((f.kind for f in injected if f.kind not in ODOMETRY_FAULTS
+                     and f.slot == slot and f.covers(t_s)), '')
 
     n_odom = int(cfg.duration_s * cfg.odom_rate_hz) + 1
     for k in range(n_odom):
         t_s = k / cfg.odom_rate_hz
-        if faulty(t_s, 'odometry_gap'):
+        broken = odometry_fault(t_s)
+        if broken == 'odometry_gap':
             continue
         pos, q = ego_pose(cfg, t_s)
-        if faulty(t_s, 'nan_odometry'):
+        if broken == 'nan_odometry':
             pos = np.full(3, np.nan)
         stamp = cfg.start_ns + round(t_s * _NS)
         v = cfg.speed_mps
@@ -255,6 +326,8 @@ def write_drive(path: Path, cfg: DriveConfig,
                 covariance=np.zeros(36)))
         events.append((stamp, cfg.odom_topic, msg, 'nav_msgs/msg/Odometry'))
     n_cam = int(cfg.duration_s * cfg.camera_rate_hz) + 1
+    slot_cfgs = {slot: replace(cfg, encoding=cfg.encoding_of(slot), slot_encodings=())
+                 if cfg.slot_encodings else cfg for slot in cfg.camera_slots}
     for k in range(n_cam):
         t_nom = k / cfg.camera_rate_hz
         for slot in cfg.camera_slots:
@@ -262,18 +335,18 @@ def write_drive(path: Path, cfg: DriveConfig,
                 continue
             t_s = t_nom + float(rng.uniform(-cfg.jitter_s, cfg.jitter_s)) if k else t_nom
             stamp = cfg.start_ns + round(t_s * _NS)
-            hit = slot == cfg.fault_slot and faulty(t_s, *FAULTS)
-            frame_cfg = cfg
-            if hit and cfg.fault == 'size':
-                frame_cfg = replace(cfg, width=cfg.width + 16, fault='')
+            hit = image_fault(slot, t_s)
+            frame_cfg = slot_cfgs[slot]
+            if hit == 'size':
+                frame_cfg = replace(frame_cfg, width=cfg.width + 16, fault='', faults=())
             data, step = (encoded_frame(slot, k), 0) if encoded_frame is not None else \
                 _encode(frame_cfg, camera_frame(frame_cfg, slot, t_s))
-            encoding = cfg.encoding if cfg.image_format == 'raw' else \
+            encoding = frame_cfg.encoding if cfg.image_format == 'raw' else \
                 cfg.compressed_format or cfg.image_format
             height, width = cfg.height, frame_cfg.width
             if hit:
-                data, step, encoding = _inject(cfg.fault, data, step, encoding)
-                if cfg.fault == 'too_large' and step:
+                data, step, encoding = _inject(hit, data, step, encoding)
+                if hit == 'too_large' and step:
                     (height, width), step = _HUGE_HW, step * _HUGE_HW[1] // width
             hdr = header(stamp, cfg.frame_id_for(slot))
             array = np.frombuffer(data, dtype=np.uint8)
@@ -304,12 +377,14 @@ def _parse_args(argv: list[str] | None) -> tuple[Path, DriveConfig]:
     defaults = DriveConfig()
     parser.add_argument('--routes', nargs='*', default=[], metavar='SECONDS=TEXT',
                         help='route texts on --route-topic, e.g. "1.0=turn left"')
+    parser.add_argument('--faults', nargs='*', default=[], metavar='KIND,AFTER_S,DURATION_S,SLOT',
+                        help='more faults besides --fault, e.g. "step,1.8,1.2,0"')
     for f in fields(DriveConfig):
         value = getattr(defaults, f.name)
-        if f.name == 'routes':
+        if f.name in ('routes', 'faults'):
             continue
         if isinstance(value, tuple):
-            kind = str if f.name == 'camera_ids' else int
+            kind = str if f.name in ('camera_ids', 'slot_encodings') else int
             parser.add_argument(f'--{f.name.replace("_", "-")}', type=kind, nargs='*',
                                 default=value)
         else:
@@ -318,10 +393,19 @@ def _parse_args(argv: list[str] | None) -> tuple[Path, DriveConfig]:
     out = ns.pop('output')
     ns['camera_slots'] = tuple(ns['camera_slots'])
     ns['camera_ids'] = tuple(ns['camera_ids'])
+    ns['slot_encodings'] = tuple(ns['slot_encodings'])
     routes = [r.partition('=') for r in ns['routes']]
     if any(not sep for _, sep, _ in routes):
         parser.error('--routes takes SECONDS=TEXT items')
     ns['routes'] = tuple((float(t), text) for t, _, text in routes)
+    faults = [item.split(',') for item in ns['faults']]
+    if any(len(parts) != 4 for parts in faults):
+        parser.error('--faults takes KIND,AFTER_S,DURATION_S,SLOT items')
+    try:
+        ns['faults'] = tuple(Fault(kind, float(after), float(duration), int(slot))
+                             for kind, after, duration, slot in faults)
+    except ValueError as err:
+        parser.error(f'--faults: {err}')
     return out, DriveConfig(**ns)
 
 

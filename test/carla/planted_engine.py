@@ -17,7 +17,7 @@ import numpy as np
 
 from alpamayo_offload.app.config import NodeConfig
 from alpamayo_offload.app.engine_loader import LoadedEngine
-from alpamayo_offload.app.synthetic_drive import DriveConfig, ego_pose
+from alpamayo_offload.app.synthetic_drive import DriveConfig, Fault, ego_pose
 from alpamayo_offload.assembly.poses import quat_to_matrix
 from alpamayo_offload.engine import STAGES, EngineInfo, EngineResult
 
@@ -74,8 +74,9 @@ def save_drive(drive: DriveConfig, path: Path) -> Path:
 
 
 def load_drive(path: Path) -> DriveConfig:
-    """Inverse of `save_drive` (JSON lists back to tuples)."""
+    """Inverse of `save_drive` (JSON lists back to tuples, fault objects back to `Fault`s)."""
     raw = json.loads(path.read_text())
+    raw['faults'] = [Fault(**f) for f in raw.get('faults', ())]
     return DriveConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in raw.items()})
 
 

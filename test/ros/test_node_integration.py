@@ -14,11 +14,13 @@ import numpy as np
 import pytest
 
 from alpamayo_offload.app.param_file import default_params_file
-from alpamayo_offload.app.synthetic_drive import DriveConfig, write_drive
+from alpamayo_offload.app.synthetic_drive import ODOMETRY_FAULTS, DriveConfig, Fault, write_drive
+from alpamayo_offload.assembly import AssemblyConfig, InputError, assemble, check_resolution
 from alpamayo_offload.planning import PREDICTED_STAGES, PlanParams, write_plan_params
 from alpamayo_offload.ros.demo import remaps_for
 from alpamayo_offload.ros.diagnostics import STAGE_KEYS
 from alpamayo_offload.ros.session import SessionResult, run_session
+from testkit.drive_bags import read_drive
 from testkit.side_by_side import run_side_by_side
 
 pytestmark = pytest.mark.slow
@@ -88,48 +90,67 @@ def test_inputs_faster_than_inference_build_no_backlog(tmp_path: Path) -> None:
     assert statistics.mean(waits[-third:]) < statistics.mean(waits[:third]) + 300.0, waits
 
 
+# Faults one drive injects one after another (case: fault), each for FAULT_S on camera slot 0,
+# then CLEAN_S of valid input (odometry faults: also the span the broken samples stay in the ego
+# history) in which the node recovers and publishes paths before the next. One session per image
+# format serves all its cases: each fault gives its case's reason, and no other fault does
+# (test_shared_fault_drives_give_each_reason_in_its_own_stretch).
+WARM_UP_S, FAULT_S, CLEAN_S = 1.8, 1.2, 1.5
+EGO_HISTORY_S = 1.6        # 16 poses 0.1 s apart, and the sample before the oldest
+RAW_FAULTS = {'encoding': 'encoding', 'truncated': 'truncated', 'step': 'step',
+              'too_large': 'too_large', 'size': 'size', 'nan_odometry': 'nan_odometry',
+              'odometry_gap': 'odometry_gap'}
+JPEG_FAULTS = {'corrupt_jpeg': 'corrupt', 'truncated_jpeg': 'truncated',
+               'too_large_jpeg': 'too_large'}
+CAMERA_STOP_S = 2.0        # camera slot 2 stops this long before the raw drive ends
+
+
+def _fault_sequence(faults: dict[str, str], **drive: object) -> DriveConfig:
+    """A drive with `faults` one after another; camera slot 2 stops at its end (raw only)."""
+    injected, t = [], WARM_UP_S
+    for kind in faults.values():
+        injected.append(Fault(kind, t, FAULT_S))
+        t = round(t + FAULT_S + CLEAN_S + (EGO_HISTORY_S if kind in ODOMETRY_FAULTS else 0.0), 3)
+    if drive.get('image_format', 'raw') != 'raw':
+        return DriveConfig(duration_s=t, faults=tuple(injected), **drive)
+    return DriveConfig(duration_s=t + CAMERA_STOP_S, faults=tuple(injected), dropout_slot=2,
+                       dropout_after_s=t, **drive)
+
+
+# Camera families (case: session): packed YUV, Bayer and 16-bit, one camera slot each in one
+# drive (slot 6 stays rgb8), and image_transport's compressed format string in its own.
+RAW_FAMILIES = ('yuv422', 'bayer_rggb8', 'mono16')
+ENCODING_CASES = {**dict.fromkeys(RAW_FAMILIES, 'encoding raw'),
+                  'jpeg_format_string': 'encoding jpeg_format_string'}
+SESSION_DRIVES = {
+    'paths': DriveConfig(duration_s=4.0),
+    'faults raw': _fault_sequence(RAW_FAULTS),
+    'faults jpeg': _fault_sequence(JPEG_FAULTS, image_format='jpeg'),
+    'camera missing': DriveConfig(duration_s=4.0, camera_slots=(0, 1, 2)),
+    'encoding raw': DriveConfig(duration_s=3.0, slot_encodings=(*RAW_FAMILIES, 'rgb8')),
+    'encoding jpeg_format_string': DriveConfig(duration_s=3.0, image_format='jpeg',
+                                               compressed_format='rgb8; jpeg compressed bgr8'),
+}
+# case: (session, reason). Faults that end are followed by paths again; camera_stops ends the raw
+# drive, camera_missing has its own drive (a camera set without slot 6), and stale_after_end is
+# the plain 'paths' session after its bag ended.
 FAULT_CASES = {
-    'encoding': (DriveConfig(fault='encoding'), 'image_encoding'),
-    'truncated': (DriveConfig(fault='truncated'), 'image_truncated'),
-    'step': (DriveConfig(fault='step'), 'image_step_invalid'),
-    'corrupt_jpeg': (DriveConfig(fault='corrupt', image_format='jpeg'), 'image_corrupt'),
-    'truncated_jpeg': (DriveConfig(fault='truncated', image_format='jpeg'), 'image_truncated'),
-    'too_large': (DriveConfig(fault='too_large'), 'image_too_large'),
-    'too_large_jpeg': (DriveConfig(fault='too_large', image_format='jpeg'), 'image_too_large'),
-    'size': (DriveConfig(fault='size'), 'image_size_mismatch'),
-    'nan_odometry': (DriveConfig(fault='nan_odometry'), 'odometry_nonfinite'),
-    'odometry_gap': (DriveConfig(fault='odometry_gap'), 'odometry_gap'),
-    'camera_stops': (DriveConfig(dropout_slot=2, dropout_after_s=2.0), 'camera_stopped'),
-    'camera_missing': (DriveConfig(camera_slots=(0, 1, 2)), 'camera_missing'),
-    'stale_after_end': (DriveConfig(), 'input_stale'),
-}
-# Fault cases on the plain drive (no fault, no dropout): the 'paths' session is that very drive
-# (same bag, same parameters), so their test reads it instead of running it again.
-PLAIN_DRIVE_FAULTS = {case for case, (drive, _) in FAULT_CASES.items() if drive == DriveConfig()}
-
-
-# One camera family each: packed YUV, Bayer, 16-bit, image_transport's compressed format string.
-ENCODING_DRIVES = {
-    'yuv422': DriveConfig(encoding='yuv422'),
-    'bayer_rggb8': DriveConfig(encoding='bayer_rggb8'),
-    'mono16': DriveConfig(encoding='mono16'),
-    'jpeg_format_string': DriveConfig(image_format='jpeg',
-                                      compressed_format='rgb8; jpeg compressed bgr8'),
+    **{case: ('faults raw', reason) for case, reason in (
+        ('encoding', 'image_encoding'), ('truncated', 'image_truncated'),
+        ('step', 'image_step_invalid'), ('too_large', 'image_too_large'),
+        ('size', 'image_size_mismatch'), ('nan_odometry', 'odometry_nonfinite'),
+        ('odometry_gap', 'odometry_gap'), ('camera_stops', 'camera_stopped'))},
+    **{case: ('faults jpeg', reason) for case, reason in (
+        ('corrupt_jpeg', 'image_corrupt'), ('truncated_jpeg', 'image_truncated'),
+        ('too_large_jpeg', 'image_too_large'))},
+    'camera_missing': ('camera missing', 'camera_missing'),
+    'stale_after_end': ('paths', 'input_stale'),
 }
 
 
-def _fault_drive(case: str) -> DriveConfig:
-    base, _ = FAULT_CASES[case]
-    return DriveConfig(**{**base.__dict__, 'duration_s': 4.0, 'fault_after_s': 1.8,
-                          'fault_duration_s': 1.2})
-
-
-def _encoding_drive(name: str) -> DriveConfig:
-    return DriveConfig(**{**ENCODING_DRIVES[name].__dict__, 'duration_s': 3.0})
-
-
-def _fault_session(case: str) -> str:
-    return 'paths' if case in PLAIN_DRIVE_FAULTS else f'fault {case}'
+def _drive(name: str) -> DriveConfig:
+    """The drive session `name` plays ('plan warn': the plain drive, with its own parameters)."""
+    return SESSION_DRIVES['paths' if name == 'plan warn' else name]
 
 
 # The session each test reads from `drives` (a parametrized test: one per parameter). The slow
@@ -137,8 +158,8 @@ def _fault_session(case: str) -> str:
 # 'plan'), so one session with both settings serves both tests.
 SESSION_OF = {
     'test_paths_stamped_with_t0_in_frame_with_all_stage_keys': lambda _: 'paths',
-    'test_bad_input_gives_diagnostic_and_node_survives': lambda p: _fault_session(p['case']),
-    'test_camera_encoding_families_give_paths': lambda p: f"encoding {p['name']}",
+    'test_bad_input_gives_diagnostic_and_node_survives': lambda p: FAULT_CASES[p['case']][0],
+    'test_camera_encoding_families_give_paths': lambda p: ENCODING_CASES[p['name']],
     'test_slow_frame_decode_is_warned_and_inference_goes_on': lambda _: 'plan warn',
     'test_stages_over_the_plans_prediction_warn_in_the_plan_status': lambda _: 'plan warn',
 }
@@ -146,13 +167,9 @@ SESSION_OF = {
 
 def _session_job(name: str) -> Callable[[Path, int], SessionResult]:
     """What the session `name` runs: a drive through the node, in a folder and a ROS domain."""
-    kind, _, case = name.partition(' ')
-    if name == 'paths':
-        return lambda where, domain: session(where, DriveConfig(duration_s=4.0), domain)
     if name == 'plan warn':
         return _plan_warn_session
-    drive = _fault_drive(case) if kind == 'fault' else _encoding_drive(case)
-    return lambda where, domain: session(where, drive, domain)
+    return lambda where, domain: session(where, _drive(name), domain)
 
 
 @pytest.fixture(scope='module')
@@ -160,38 +177,79 @@ def drives(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
            ) -> dict[str, Future[SessionResult]]:
     """The sessions of this run's tests that read them, two at a time (`testkit.side_by_side`).
 
-    Each still has its own node process, bag and ROS domain. All have ended when the first of
-    those tests starts, so none overlaps a session another test runs by itself.
+    Each still has its own node process, bag and ROS domain; the longest drives start first, so
+    the short ones fill the other place beside them. All have ended when the first of those
+    tests starts, so none overlaps a session another test runs by itself.
     """
-    names = [SESSION_OF[item.originalname](getattr(item, 'callspec', None) and
-                                           item.callspec.params)
+    names = {SESSION_OF[item.originalname](getattr(item, 'callspec', None) and
+                                           item.callspec.params): None
              for item in request.session.items
              if getattr(item, 'module', None) is request.module
-             and getattr(item, 'originalname', '') in SESSION_OF]
+             and getattr(item, 'originalname', '') in SESSION_OF}
 
     def job(name: str) -> Callable[[int], SessionResult]:
         where, run = tmp_path_factory.mktemp(name.replace(' ', '_')), _session_job(name)
         return lambda domain: run(where, domain)
 
-    return run_side_by_side({name: job(name) for name in names})
+    longest_first = sorted(names, key=lambda name: -_drive(name).duration_s)
+    return run_side_by_side({name: job(name) for name in longest_first})
 
 
 @pytest.mark.parametrize('case', list(FAULT_CASES))
 def test_bad_input_gives_diagnostic_and_node_survives(drives: dict[str, Future[SessionResult]],
                                                       case: str) -> None:
-    _, reason = FAULT_CASES[case]
-    res = drives[_fault_session(case)].result()
+    name, reason = FAULT_CASES[case]
+    res = drives[name].result()
     assert res.node_alive_at_end, res.node_output[-3000:]
     hits = [s for s in res.status('input') if s.values.get('reason') == reason]
     assert hits, (sorted({s.values.get('reason') for s in res.status('input')}),
                   res.node_output[-3000:])
     assert all(s.level >= 1 and reason in s.message for s in hits)
+    if case == 'camera_stops':
+        assert any('camera slot 2 ' in s.message for s in hits), [s.message for s in hits]
+    if case in RAW_FAULTS or case in JPEG_FAULTS:
+        # the fault ended: the node recovered and published paths again before the next one
+        ego = [p for p in res.paths if p.topic.endswith('/path')]
+        assert any(p.received_ns > hits[-1].received_ns for p in ego), res.node_output[-3000:]
 
 
-@pytest.mark.parametrize('name', list(ENCODING_DRIVES))
+def test_shared_fault_drives_give_each_reason_in_its_own_stretch(tmp_path: Path) -> None:
+    """Assembled tick by tick as the node does (same selection, decoding and resolution check),
+    a shared fault drive gives each case's reason only from that fault's start to the next one's:
+    in the shared session a reason is the one its case injected, not another fault's."""
+    acfg = AssemblyConfig(image_size_hw=(64, 96))
+    for name in ('faults raw', 'faults jpeg'):
+        drive = SESSION_DRIVES[name]
+        cases = [case for case, (session_name, _) in FAULT_CASES.items() if session_name == name]
+        starts = [f.after_s for f in drive.faults] + \
+            ([drive.dropout_after_s] if drive.dropout_slot >= 0 else [])
+        assert len(starts) == len(cases), (name, cases)
+        stretches = dict(zip(cases, zip(starts, [*starts[1:], drive.duration_s + 1.0],
+                                        strict=True), strict=True))
+        seen: dict[str, list[float]] = {case: [] for case in cases}
+        cams, odom = read_drive(write_drive(tmp_path / name.replace(' ', '_'), drive))
+        known_hw: dict[int, tuple[int, int]] = {}
+        for k in range(int(drive.duration_s * 10) + 1):
+            now = drive.start_ns + k * NS // 10
+            try:
+                check_resolution(known_hw, assemble(
+                    {slot: [f for f in frames if f.stamp_ns <= now]
+                     for slot, frames in cams.items()},
+                    [o for o in odom if o.stamp_ns <= now], acfg))
+                continue
+            except InputError as err:
+                reason = err.reason
+            for case in cases:
+                if FAULT_CASES[case][1] == reason:
+                    seen[case].append(k / 10)
+        for case, (start, end) in stretches.items():
+            assert seen[case] and all(start <= t < end for t in seen[case]), (case, seen[case])
+
+
+@pytest.mark.parametrize('name', list(ENCODING_CASES))
 def test_camera_encoding_families_give_paths(drives: dict[str, Future[SessionResult]],
                                              name: str) -> None:
-    res = drives[f'encoding {name}'].result()
+    res = drives[ENCODING_CASES[name]].result()
     assert res.node_alive_at_end, res.node_output[-3000:]
     ego = [p for p in res.paths if p.topic.endswith('/path')]
     assert ego and all(np.isfinite(p.xyz).all() for p in ego), res.node_output[-3000:]
@@ -216,7 +274,7 @@ def _plan_warn_session(tmp_path: Path, domain_id: int) -> SessionResult:
     plan = tmp_path / 'plan.yaml'
     write_plan_params(plan, PlanParams(predicted_ms=dict.fromkeys(PREDICTED_STAGES, 1e-3),
                                        cpu_budget='a CPU far faster than this one'))
-    drive = DriveConfig(duration_s=4.0)
+    drive = _drive('plan warn')
     return run_session(write_drive(tmp_path / 'bag', drive), remaps=remaps_for(drive),
                        param_files=[default_params_file(), plan],
                        overrides={'inference.period_s': '0.1', 'images.height': '64',
