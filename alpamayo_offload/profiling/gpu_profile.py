@@ -414,7 +414,8 @@ def add_host_terms(engine: Any, model_input: Any, profile: Profile, runs: int) -
     `settings['calibration_walls_ms']`, the host-bound phases' too), to which the phases'
     non-layer times are fitted (`collect.with_fitted_tails`), and each layer call's own time
     (`collect.with_host_terms` says why), replayed as CUDA graphs when the engine graphs its
-    resident layers and then once more eagerly, as streamed calls run; then the
+    resident layers and then once more eagerly, as streamed calls run (unless the engine
+    graphs its streamed layers too, `stream_graphs`); then the
     pre/postprocessing, nothing resident again: timed last, after the process has settled, it
     matches what later inferences measure (timed first, right after the instrumented run, it
     came out 30-60 % high). The pinned copy rate is probed again after the resident runs and at
@@ -457,7 +458,8 @@ def add_host_terms(engine: Any, model_input: Any, profile: Profile, runs: int) -
         issue = [host_issue_us(torch)]
         resident_calls = host_issue_calls(engine, model_input, _HOST_TIMED_RUNS)
         issue.append(host_issue_us(torch))
-        if engine.config.layer_graphs:     # streamed calls run eagerly: time that too
+        if engine.config.layer_graphs and not engine.config.stream_graphs:
+            # streamed calls run eagerly: time that too
             engine.replan(resident={s: placement.indices(s) for s in placement.resident},
                           mode='pipelined', budget_bytes=None, embed_on_host=False,
                           layer_graphs=False)
