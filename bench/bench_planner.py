@@ -279,11 +279,15 @@ ALT_PROFILES = {'streamed-only': 'profile_streamed_calls.json',
 
 def _at_row_link(profile: Profile, r: dict[str, Any]) -> Profile | None:
     """The profile with the pinned copy rate measured around this row (None: not measured)."""
-    rates = r.get('link_gbps')
-    if not rates:
+    return at_link_rate(profile, r.get('link_gbps') or [])
+
+
+def at_link_rate(profile: Profile, rates_gbps: list[float]) -> Profile | None:
+    """The profile at the mean of pinned copy rates probed later (None: none probed)."""
+    if not rates_gbps:
         return None
     return dataclasses.replace(profile, machine=dataclasses.replace(
-        profile.machine, pinned_h2d_gbps=statistics.mean(rates)))
+        profile.machine, pinned_h2d_gbps=statistics.mean(rates_gbps)))
 
 
 def _at_row_cpu(profile: Profile, r: dict[str, Any]) -> Profile | None:

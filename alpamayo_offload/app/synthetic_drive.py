@@ -49,8 +49,11 @@ class Fault:
     def __post_init__(self) -> None:
         if self.kind not in FAULTS:
             raise ValueError(f'fault {self.kind!r} must be one of {FAULTS}')
-        if not self.duration_s > 0:
-            raise ValueError(f'fault {self.kind} duration_s = {self.duration_s} must be > 0')
+        if not 0 <= self.after_s < math.inf:
+            raise ValueError(f'fault {self.kind} after_s = {self.after_s} must be finite, >= 0')
+        if not 0 < self.duration_s < math.inf:
+            raise ValueError(f'fault {self.kind} duration_s = {self.duration_s} must be finite, '
+                             '> 0')
 
     def covers(self, t_s: float) -> bool:
         """Whether `t_s` (seconds after the drive's start) lies in the fault's window."""
@@ -397,7 +400,10 @@ def _parse_args(argv: list[str] | None) -> tuple[Path, DriveConfig]:
     routes = [r.partition('=') for r in ns['routes']]
     if any(not sep for _, sep, _ in routes):
         parser.error('--routes takes SECONDS=TEXT items')
-    ns['routes'] = tuple((float(t), text) for t, _, text in routes)
+    try:
+        ns['routes'] = tuple((float(t), text) for t, _, text in routes)
+    except ValueError as err:
+        parser.error(f'--routes: {err}')
     faults = [item.split(',') for item in ns['faults']]
     if any(len(parts) != 4 for parts in faults):
         parser.error('--faults takes KIND,AFTER_S,DURATION_S,SLOT items')
@@ -406,7 +412,10 @@ def _parse_args(argv: list[str] | None) -> tuple[Path, DriveConfig]:
                              for kind, after, duration, slot in faults)
     except ValueError as err:
         parser.error(f'--faults: {err}')
-    return out, DriveConfig(**ns)
+    try:
+        return out, DriveConfig(**ns)
+    except ValueError as err:        # options that do not fit together, named
+        parser.error(str(err))
 
 
 def main(argv: list[str] | None = None) -> None:

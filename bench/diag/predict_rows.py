@@ -27,15 +27,14 @@ it, never a substitute for measuring it. Pure: no GPU, no torch.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
-import statistics
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from alpamayo_offload.planning import Prediction, Profile, ProfileFormatError, predict
+from bench.bench_planner import at_cpu_speed, at_link_rate
 from bench.diag.common import add_subcommand
 from bench.diag.measured_rows import MeasuredRow, Pricing, measured_rows, parse_host_ms
 
@@ -67,17 +66,11 @@ def at_row_machine(profile: Profile, row: Mapping[str, Any]) -> Profile | None:
     Host terms scale by the mean of the row's issue probes over the mean of the profile's
     (`host_issue_probe_us`, taken around its host-timed calls).
     """
-    issue, then = row.get('row_host_issue_us'), profile.settings.get('host_issue_probe_us')
-    links = row.get('row_link_gbps')
-    if not (issue and then) and not links:
+    at_cpu = at_cpu_speed(profile, row.get('row_host_issue_us') or [])
+    links = row.get('row_link_gbps') or []
+    if at_cpu is None and not links:
         return None
-    out = profile
-    if issue and then:
-        out = out.with_host_scaled(statistics.mean(issue) / statistics.mean(then))
-    if links:
-        out = dataclasses.replace(out, machine=dataclasses.replace(
-            out.machine, pinned_h2d_gbps=statistics.mean(links)))
-    return out
+    return at_link_rate(at_cpu or profile, links) or at_cpu
 
 
 def phase_table(prediction: Prediction,

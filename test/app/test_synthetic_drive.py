@@ -171,9 +171,20 @@ def test_faults_that_would_break_the_same_messages_are_refused() -> None:
 def test_faults_on_the_command_line() -> None:
     _, cfg = _parse_args(['out', '--faults', 'step,1.8,1.2,0', 'nan_odometry,4,1,0'])
     assert cfg.faults == (Fault('step', 1.8, 1.2, 0), Fault('nan_odometry', 4.0, 1.0))
-    for bad in ('step,1.8,1.2', 'melted,1,1,0'):
-        with pytest.raises(SystemExit):
-            _parse_args(['out', '--faults', bad])
+
+@pytest.mark.parametrize('argv, reason', [
+    (['--faults', 'step,1.8,1.2'], 'KIND,AFTER_S,DURATION_S,SLOT'),
+    (['--faults', 'melted,1,1,0'], 'must be one of'),
+    (['--faults', 'step,nan,1,0'], 'after_s = nan must be finite'),
+    (['--faults', 'step,1,inf,0'], 'duration_s = inf must be finite'),
+    (['--faults', 'step,1,1,9'], 'camera slot 9, not one of'),
+    (['--routes', 'x=left'], '--routes:'),
+])
+def test_nonsense_on_the_command_line_is_refused_by_name(
+        argv: list[str], reason: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        _parse_args(['out', *argv])
+    assert reason in capsys.readouterr().err
 
 
 def test_supplied_frames_are_written_as_given(tmp_path: Path) -> None:
