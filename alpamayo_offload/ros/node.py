@@ -670,14 +670,19 @@ def run(node: AlpamayoOffloadNode) -> int:
             _autostart(node)
 
         starter.append(node.create_timer(0.0, start_once))
-    while node.exit_code is None and node.context.ok():
-        executor.spin_once(timeout_sec=0.1)
-    if node.exit_code:
-        linger = time.monotonic() + _LINGER_S   # transition reply and last /diagnostics out
-        while time.monotonic() < linger and node.context.ok():
+    try:
+        while node.exit_code is None and node.context.ok():
             executor.spin_once(timeout_sec=0.1)
-        node.publish_diagnostics()
-    executor.shutdown()
+        if node.exit_code:
+            linger = time.monotonic() + _LINGER_S   # transition reply and last /diagnostics out
+            while time.monotonic() < linger and node.context.ok():
+                executor.spin_once(timeout_sec=0.1)
+            node.publish_diagnostics()
+    finally:
+        # Also when Ctrl-C interrupts a spin: the EventsExecutor aborts the process if it is
+        # destroyed with the node's callbacks still registered, so they leave it first.
+        executor.remove_node(node)
+        executor.shutdown()
     return node.exit_code or 0
 
 
