@@ -139,8 +139,8 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 SMOKE = {'device': 'cpu', 'profile': ['synthetic'], 'height': 64, 'width': 96}
 PARTS = ('profile', 'rows', 'accelerate')
-# The kind of a planned row re-run with its streamed layers graphed by slot (`--stream-graphs`).
-STREAM_GRAPHS = 'stream-graphs'
+# The kind of a planned row re-run with its streamed layers eager (`--eager-streams`).
+EAGER_STREAMS = 'eager-streams'
 # Ratios the targets allow.
 BOUNDS = {'samples_ratio': 1.3, 'guidance_ratio': 1.3, 'copy_bound': 1.05, 'predictor': 0.02,
           'host_rss': 1.15, 'vs_accelerate': 10.0}
@@ -186,10 +186,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         'under the torch profiler, inside its cap, after every timed row of the '
                         'run (trace_<workload>_<row>.json.gz and the ops owning the most device '
                         'time, .txt)')
-    p.add_argument('--stream-graphs', action='store_true',
-                   help='after each planned row, the same plan with its streamed layers '
-                        'replayed as CUDA graphs by slot (EngineConfig.stream_graphs), bit for '
-                        'bit against preload; priced by the same (eagerly timed) profile')
+    p.add_argument('--eager-streams', action='store_true',
+                   help='after each planned row (streamed layers replayed as CUDA graphs by '
+                        'slot, the default), the same plan with its streamed layers eager '
+                        '(EngineConfig.stream_graphs off), bit for bit against preload; priced '
+                        'by the same profile')
     p.add_argument('--budget-s', type=float, default=540.0,
                    help='skip a part whose estimate would end past this many seconds')
     p.add_argument('--report', action='store_true',
@@ -427,7 +428,7 @@ def attach_row(engine: Any, kind: str, budget: int | None, placement: Placement,
     engine.replan(resident={s: placement.indices(s) for s in placement.resident},
                   mode='preload' if kind == 'preload' else 'pipelined', budget_bytes=budget,
                   embed_on_host=placement.embed_on_host, compression='off',
-                  stream_graphs=kind == STREAM_GRAPHS)
+                  stream_graphs=False if kind == EAGER_STREAMS else None)
     return time.perf_counter() - t0
 
 
@@ -560,8 +561,8 @@ def workload_rows(engine: Any, spec: WorkloadSpec, profile: Profile, args: argpa
         facts = {**plan_facts(profile, result.placement, spec),
                  'planned_vram_bytes': result.vram.total, 'strategy': result.strategy}
         todo.append(('planned', gib, result.placement, None, facts))
-        if args.stream_graphs:
-            todo.append((STREAM_GRAPHS, gib, result.placement, None, facts))
+        if args.eager_streams:
+            todo.append((EAGER_STREAMS, gib, result.placement, None, facts))
     reference, preload_row = None, None
     for kind, gib, placement, refused, facts in todo:
         head = {'workload': spec.name, 'num_samples': spec.num_samples,
@@ -642,7 +643,7 @@ def run(args: argparse.Namespace) -> int:
         'gpu': torch.cuda.get_device_name() if args.device.startswith('cuda') else 'cpu',
         'torch': torch.__version__, 'cores': os.cpu_count(),
         'cublas_workspace_config': os.environ.get('CUBLAS_WORKSPACE_CONFIG'),
-        'runs': args.runs, 'warmup': args.warmup, 'stream_graphs': args.stream_graphs,
+        'runs': args.runs, 'warmup': args.warmup, 'eager_streams': args.eager_streams,
         'budgets_gib': args.budget_list,
         'workloads': [s.name for s in specs], 'frames': [args.height, args.width],
         'timing': 'e2e: median of the timed runs, default mode; det: the deterministic pass',
@@ -766,7 +767,7 @@ def _per_row(name: str, bound: str, rows: list[dict[str, Any]], value: Any, ok: 
 
 
 _KIND_LABELS = {'accelerate-device-map': 'acc-dmap',     # the table's kind column: 8 wide
-                STREAM_GRAPHS: 'str-grph'}
+                EAGER_STREAMS: 'eager-st'}
 # A row's host RSS readings: now, and the peaks of its stages (each since the stage's start).
 _ROW_STAGES = {'handover_peak_rss_bytes': 'hand-over', 'setup_peak_rss_bytes': 'set-up'}
 _RSS_KEYS = ('rss_bytes', 'peak_rss_bytes', 'rss_peak_bytes', 'replan_peak_rss_bytes',

@@ -91,7 +91,7 @@ def load_engine(config: EngineConfig, vram_budget: str,
     fallbacks: list[Callable[[], _Plan | None]] = [
         lambda: _replan(str(plan_info.get('plan.profile', '')), budget, config.model,
                         _gpu_name(config.device), max_decode_tokens=config.max_decode_tokens,
-                        fused_norms=config.fused_norms,
+                        fused_norms=config.fused_norms, stream_graphs=config.stream_graphs,
                         cpu_headroom=plan_info.get('plan.cpu_headroom', 1.0),
                         workload=node_workload(config)),
         lambda: _Plan({}, True, 'stream everything, embedding in host RAM'),
@@ -197,7 +197,7 @@ def _first_that_fits(config: EngineConfig, configured: _Plan,
 
 def _replan(profile_ref: str, budget: ResolvedBudget, model: str,
             gpu_name: str | None, *, max_decode_tokens: int | None = None,
-            fused_norms: bool, cpu_headroom: float = 1.0,
+            fused_norms: bool, stream_graphs: bool = True, cpu_headroom: float = 1.0,
             workload: Workload | None = None) -> _Plan | None:
     """Return the planner's placement for this budget from the plan file's profile, if usable.
 
@@ -224,7 +224,7 @@ def _replan(profile_ref: str, budget: ResolvedBudget, model: str,
             LOG.warning('plan.profile %s changed since the plan was written (sha256 %s, now %s); '
                         'not re-planning from it', path, digest[:12], actual[:12])
             return None
-        driver, kernels = _running_with(gpu_name, fused_norms)
+        driver, kernels = _running_with(gpu_name, fused_norms, stream_graphs)
         check_profile(profile, gpu_name=gpu_name, model_identity=model_identity(model),
                       driver=driver, kernel_settings=kernels)
         result = plan(profile, budget.budget_bytes, options)
@@ -238,14 +238,15 @@ def _replan(profile_ref: str, budget: ResolvedBudget, model: str,
                  'on' if placement.compression else 'off')
 
 
-def _running_with(gpu_name: str | None,
-                  fused_norms: bool) -> tuple[str | None, str | None]:
+def _running_with(gpu_name: str | None, fused_norms: bool,
+                  stream_graphs: bool) -> tuple[str | None, str | None]:
     """Return the driver release and kernel settings where there is a GPU (a mismatch warns)."""
     if gpu_name is None:
         return None, None
     from ..engine.identity import driver_version, kernel_settings
 
-    return driver_version() or None, kernel_settings(fused_norms=fused_norms)
+    return driver_version() or None, kernel_settings(fused_norms=fused_norms,
+                                                     stream_graphs=stream_graphs)
 
 
 def _gpu_name(device: str) -> str | None:

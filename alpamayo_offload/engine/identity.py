@@ -36,7 +36,7 @@ def driver_version(root: Path = Path('/')) -> str:
 
 
 def kernel_settings(*, fused_norms: bool, layer_graphs: bool = True,
-                    stream_graphs: bool = False) -> str:
+                    stream_graphs: bool = True) -> str:
     """Return the settings that choose GPU kernels, as a profile records them.
 
     Deterministic algorithms and cuBLAS's workspace size (process-wide) decide which kernels run

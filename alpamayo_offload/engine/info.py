@@ -23,7 +23,7 @@ class PlanState:
     fixed_bytes: int                     # non-layer modules on the device, embedding aside
     working_set_bytes: int               # activations + KV cache term
     layer_graphs: bool                   # resident layers replayed as CUDA graphs
-    stream_graphs: bool = False          # streamed layers too, by slot
+    stream_graphs: bool = True           # streamed layers too, by slot
     compressed: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # kept compressed
     compression: str = 'off'             # how streamed layers travel: 'off', 'auto' or 'on'
 

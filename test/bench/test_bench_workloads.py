@@ -55,12 +55,12 @@ def test_smoke_1_5_runs_every_workload_bit_exact_and_reports(
 def test_smoke_2super_skips_what_cannot_run_with_a_reason(tmp_path: Path) -> None:
     out = tmp_path / 'wl2s'
     assert bench_workloads.main(['--smoke', '--model', 'tiny-2super', '--out', str(out),
-                                 '--budgets', '0.8', '--stream-graphs']) == 0
+                                 '--budgets', '0.8', '--eager-streams']) == 0
     rows = {(r['kind'], r['budget_gib']): r for r in _rows(out)}
     assert rows[('planned', 0.8)]['bit_exact'] is True
-    # The same plan again with its streamed layers graphed by slot (eager on the CPU).
-    assert rows[('stream-graphs', 0.8)]['bit_exact'] is True
-    assert rows[('stream-graphs', 0.8)]['resident'] == rows[('planned', 0.8)]['resident']
+    # The same plan again with its streamed layers eager (graphs need CUDA: eager both times).
+    assert rows[('eager-streams', 0.8)]['bit_exact'] is True
+    assert rows[('eager-streams', 0.8)]['resident'] == rows[('planned', 0.8)]['resident']
     assert rows[('planned', 0.8)]['rss_bytes'] > 0
     assert rows[('accelerate-device-map', 0.65)]['status'] == \
         'skipped: the Accelerate row needs CUDA'

@@ -454,9 +454,11 @@ def test_per_op_norms_give_the_fused_result_on_cpu_and_say_so(inputs, reference)
 
 @pytest.mark.cuda
 def test_cuda_kernel_settings_follow_the_plans_graphs() -> None:
-    """A plan re-attached eagerly (as the profiler times streamed calls) says so."""
+    """A plan re-attached with fewer graphs (streamed layers eager, or none) says so."""
     engine = Engine.from_config(EngineConfig(mode='preload', **CUDA))
     try:
+        assert engine.info.kernel_settings.endswith('graphs=resident+streamed')   # the default
+        engine.replan(resident={'lm': (0,)}, mode='pipelined', stream_graphs=False)
         assert engine.info.kernel_settings.endswith('graphs=resident')
         engine.replan(resident={}, mode='preload', layer_graphs=False)
         assert engine.info.kernel_settings.endswith('graphs=off')

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from alpamayo_offload.engine.config import EngineConfig
 from alpamayo_offload.engine.identity import driver_version, kernel_settings
 
 PROC = {
@@ -51,14 +52,15 @@ def test_kernel_settings_name_deterministic_mode_cublas_workspace_norms_and_grap
     monkeypatch.delenv('CUBLAS_WORKSPACE_CONFIG', raising=False)
     try:
         torch.use_deterministic_algorithms(False)
-        assert kernel_settings(fused_norms=True) == (
+        assert kernel_settings(fused_norms=True, stream_graphs=False) == (
             'deterministic=False, CUBLAS_WORKSPACE_CONFIG=default, norms=fused, graphs=resident')
         monkeypatch.setenv('CUBLAS_WORKSPACE_CONFIG', ':4096:8')
         torch.use_deterministic_algorithms(True)
         assert kernel_settings(fused_norms=False, layer_graphs=False) == (
             'deterministic=True, CUBLAS_WORKSPACE_CONFIG=:4096:8, norms=per-op, graphs=off')
-        assert kernel_settings(fused_norms=True, stream_graphs=True).endswith(
+        assert kernel_settings(fused_norms=True).endswith(    # EngineConfig's default
             'graphs=resident+streamed')
+        assert EngineConfig().stream_graphs and EngineConfig().layer_graphs
         assert kernel_settings(fused_norms=True, layer_graphs=False,
                                stream_graphs=True).endswith('graphs=off')
     finally:
