@@ -191,6 +191,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         'slot, the default), the same plan with its streamed layers eager '
                         '(EngineConfig.stream_graphs off), bit for bit against preload; priced '
                         'by the same profile')
+    p.add_argument('--compression', choices=('off', 'auto'), default='off',
+                   help='auto: profile the compression terms too (nvCOMP) and let the planner '
+                        'keep or stream layers compressed where that pays; off: raw plans')
     p.add_argument('--budget-s', type=float, default=540.0,
                    help='skip a part whose estimate would end past this many seconds')
     p.add_argument('--report', action='store_true',
@@ -354,7 +357,12 @@ def measure_profile(engine: Any, spec: WorkloadSpec, args: argparse.Namespace,
     profile = profile_engine(engine, model=args.model, loaded_bytes=torch.cuda.memory_allocated(),
                              warmup=1, settings={'decode_tokens': DECODE_TOKENS,
                                                  'diffusion_steps': DIFFUSION_STEPS})
-    return add_host_terms(engine, model_input, profile, runs=args.profile_runs)
+    profile = add_host_terms(engine, model_input, profile, runs=args.profile_runs)
+    if args.compression == 'off':
+        return profile
+    from alpamayo_offload.profiling.compression import add_compression_terms
+
+    return add_compression_terms(engine, model_input, profile)
 
 
 # ---------------------------------------------------------------- rows
@@ -412,7 +420,8 @@ def plan_facts(profile: Profile, placement: Placement, spec: WorkloadSpec) -> di
             'plan_pinned_bytes': sum(profile.sequence(n).layer_bytes[i]
                                      for n, idx in layers.items() for i in idx),
             'resident': {s: list(placement.indices(s)) for s in ('vit', 'lm', 'expert')},
-            'embed_on_host': placement.embed_on_host}
+            'compressed': {s: list(placement.compressed_indices(s)) for s in ('vit', 'lm', 'expert')},
+            'compression': placement.compression, 'embed_on_host': placement.embed_on_host}
 
 
 def all_resident(profile: Profile) -> Placement:
@@ -427,7 +436,9 @@ def attach_row(engine: Any, kind: str, budget: int | None, placement: Placement,
     t0 = time.perf_counter()
     engine.replan(resident={s: placement.indices(s) for s in placement.resident},
                   mode='preload' if kind == 'preload' else 'pipelined', budget_bytes=budget,
-                  embed_on_host=placement.embed_on_host, compression='off',
+                  embed_on_host=placement.embed_on_host,
+                  compressed={s: placement.compressed_indices(s) for s in placement.compressed},
+                  compression='on' if placement.compression else 'off',
                   stream_graphs=False if kind == EAGER_STREAMS else None)
     return time.perf_counter() - t0
 
@@ -547,7 +558,7 @@ def workload_rows(engine: Any, spec: WorkloadSpec, profile: Profile, args: argpa
     """Preload, then the planned row of each budget, for one workload; preload's deterministic
     output and row (None, None where it did not run). Rows of a traced workload join `traces`."""
     model_input = workload_input(engine, spec, args)
-    options = PlannerOptions(workload=spec.planner_workload(), compression='off',
+    options = PlannerOptions(workload=spec.planner_workload(), compression=args.compression,
                              max_decode_tokens=DECODE_TOKENS)
     todo: list[tuple[str, float | None, Placement | None, str | None, dict[str, Any]]] = []
     pre = plan_facts(profile, all_resident(profile), spec)
