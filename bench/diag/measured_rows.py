@@ -124,7 +124,8 @@ def workloads_rows(run_dir: Path, pricing: Pricing) -> list[MeasuredRow]:
                              f'{row["workload"]} {row["kind"]} {row.get("budget_gib")}')
         profile = with_host_ms(found[0], pricing.host_ms)
         placement = (all_resident(profile) if row['kind'] == 'preload' else
-                     Placement.of(row['resident'], bool(row.get('embed_on_host', False))))
+                     Placement.of(row['resident'], bool(row.get('embed_on_host', False)),
+                                  row.get('compressed'), bool(row.get('compression'))))
         out.append(MeasuredRow(run_dir, row['workload'], row['kind'], row.get('budget_gib'), row,
                                profile, placement, pricing.passes(spec.planner_workload())))
     return out
