@@ -420,7 +420,8 @@ def plan_facts(profile: Profile, placement: Placement, spec: WorkloadSpec) -> di
             'plan_pinned_bytes': sum(profile.sequence(n).layer_bytes[i]
                                      for n, idx in layers.items() for i in idx),
             'resident': {s: list(placement.indices(s)) for s in ('vit', 'lm', 'expert')},
-            'compressed': {s: list(placement.compressed_indices(s)) for s in ('vit', 'lm', 'expert')},
+            'compressed': {s: list(placement.compressed_indices(s))
+                           for s in ('vit', 'lm', 'expert')},
             'compression': placement.compression, 'embed_on_host': placement.embed_on_host}
 
 
