@@ -19,8 +19,9 @@ saves what the predictor says its copies cost, priced per byte against the layer
 Where the profile measured compression, the search also runs with compression on: streamed
 layers then stream compressed (staging buffers join the slots), and each step may move a layer
 from streamed to kept compressed in VRAM or to resident raw, or from kept compressed to resident
-raw, whichever saves the most time per byte. Without measured compression terms it never
-compresses.
+raw, whichever saves the most time per byte. The compressed plan is chosen over the best raw
+one only when it is predicted faster by `PlannerOptions.compression_margin` (10 %). Without
+measured compression terms it never compresses.
 """
 from __future__ import annotations
 
@@ -89,6 +90,11 @@ class PlannerOptions:
     # 'auto': compress where the profile measured compression and it pays; 'off': never;
     # 'on': only plans with compression (a benchmark's compressed row; needs measured terms).
     compression: str = 'auto'
+    # With 'auto', a compressed plan is chosen only if its prediction times (1 + this) still
+    # beats the best raw plan: the predictor prices compressed plans less surely than raw ones
+    # (decompression's contention with the compute, nvCOMP's host calls), and a near tie is
+    # better left raw (no compression at attach, no decompression on the GPU's SMs).
+    compression_margin: float = 0.10
     # Let the LM head stream (where the profile tells its bytes apart). Off by default: the
     # engine keeps the head on the GPU, so a plan for it must too.
     allow_head_streamed: bool = False
@@ -99,6 +105,9 @@ class PlannerOptions:
                              f'profiled CPU) to 4')
         if self.sequences is not None and not self.sequences:
             raise ValueError('PlannerOptions.sequences is empty; give None (all) or a name')
+        if not 0.0 <= self.compression_margin <= 1.0:
+            raise ValueError(f'PlannerOptions.compression_margin = {self.compression_margin}; '
+                             f'give 0 (the lowest prediction wins) to 1')
         if self.compression not in COMPRESSION_CHOICES:
             raise ValueError(f'PlannerOptions.compression = {self.compression!r}; allowed: '
                              f'{COMPRESSION_CHOICES}')
@@ -325,6 +334,18 @@ def interleaved_plan(profile: Profile, budget_bytes: int, options: PlannerOption
                       _vram(profile, best, options), budget_bytes, f'interleaved-{sequence}')
 
 
+def _judged_ms(candidate: PlanResult, options: PlannerOptions) -> float:
+    """Return the predicted latency a candidate is chosen by.
+
+    A compressed candidate's is raised by `PlannerOptions.compression_margin` when the planner
+    may choose either.
+    """
+    ms = candidate.prediction.total_ms
+    if options.compression == 'auto' and candidate.placement.compression:
+        return ms * (1.0 + options.compression_margin)
+    return ms
+
+
 def plan(profile: Profile, budget_bytes: int, options: PlannerOptions = PlannerOptions()
          ) -> PlanResult:
     """Find the placement with the lowest predicted latency that fits `budget_bytes`.
@@ -332,8 +353,9 @@ def plan(profile: Profile, budget_bytes: int, options: PlannerOptions = PlannerO
     With `options.cpu_headroom` h > 1 the search and the choice run on the profile with its
     host issue times times h, so a plan that turns host-bound when the CPU slows down (a decode
     with most LM layers resident) loses to one that stays copy-bound; the result's prediction
-    is at the profiled CPU speed. A workload of another batch, guidance or camera count than
-    the profile's is refused (`WorkloadError`).
+    is at the profiled CPU speed. With `options.compression` 'auto' a compressed plan must be
+    predicted faster than the best raw one by `compression_margin`. A workload of another
+    batch, guidance or camera count than the profile's is refused (`WorkloadError`).
     """
     check_workload(profile, options.workload)
     _check_budget(profile, budget_bytes, options)
@@ -358,7 +380,7 @@ def plan(profile: Profile, budget_bytes: int, options: PlannerOptions = PlannerO
     if not found:
         raise BudgetError(f'no compressed plan fits {format_bytes(budget_bytes)} (the staging '
                           'buffers do not fit): plan with compression auto or off')
-    best = min(found, key=lambda c: (c.prediction.total_ms, c.vram.total))
+    best = min(found, key=lambda c: (_judged_ms(c, options), c.vram.total))
     if judged is not profile:
         best = dataclasses.replace(best, prediction=predict(
             profile, best.placement, options.workload, options.pipeline))

@@ -153,6 +153,21 @@ def test_planner_compresses_when_it_pays() -> None:
     assert raw.placement.count() == 1
 
 
+def test_planner_keeps_raw_when_compression_gains_less_than_its_margin() -> None:
+    """A compressed plan predicted ~5 % faster is within the predictor's doubt: raw wins."""
+    profile = _profile(gbps=1.4)
+    budget = _budget(1.6, profile)
+    raw = plan(profile, budget, PlannerOptions(workload=WORKLOAD, compression='off'))
+    packed = plan(profile, budget, PlannerOptions(workload=WORKLOAD, compression='on'))
+    assert 0.9 < packed.prediction.total_ms / raw.prediction.total_ms < 1.0
+    got = plan(profile, budget, PlannerOptions(workload=WORKLOAD))
+    assert not got.placement.compression and got.prediction == raw.prediction
+    eager = plan(profile, budget, PlannerOptions(workload=WORKLOAD, compression_margin=0.0))
+    assert eager.placement.compression and eager.prediction == packed.prediction
+    with pytest.raises(ValueError, match='compression_margin = -0.1'):
+        PlannerOptions(compression_margin=-0.1)
+
+
 def test_planner_streams_raw_when_decompression_is_slow() -> None:
     profile = _profile(gbps=0.05)            # 20 ms a layer: never worth it
     got = plan(profile, _budget(1.6, profile), PlannerOptions(workload=WORKLOAD))
