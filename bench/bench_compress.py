@@ -6,14 +6,19 @@ the cache; `startup-cache`: the same plan attached again, every layer read from 
 second start does); and for each budget the raw plan (as many interleaved language-model layers
 resident as fit, planning.interleaved_indices, the rest streamed raw) and the compressed plan
 (the same layers, one fewer while the staging buffers do not fit, the rest streamed
-compressed: runtime/codec.py, nvCOMP ANS on CUDA). Each row: median of `--reps` inferences
-after `--warmup`, per phase its seconds, the uncompressed bytes delivered, the bytes copied over
-the host link and the effective bandwidth (uncompressed bytes per second of the phase); pinned
-bytes, host RAM (RSS and peak), attach seconds, compression and cache seconds, and whether the
-outputs equal the preload ones bit for bit. Budgets are GiB, or `N%` of the model's preload
-footprint. Weights are random N(0, 0.02) (BF16 on CUDA): say so in docs/benchmarks.md. The
-compressed layers are cached under `--cache-dir` (default: a temporary directory, removed at
-the end; never under `--out`, whose files are copied back).
+compressed: runtime/codec.py, nvCOMP ANS on CUDA). Each row: one pass in strict deterministic
+mode (`torch.use_deterministic_algorithms(True)`), whose outputs are compared bit for bit with
+preload's, then the median of `--reps` inferences after `--warmup` in the default mode, each
+started on an idle device, as `alpamayo-offload profile` and bench_workloads time theirs (strict
+mode selects other kernels, deterministic cuDNN convolutions and no cuDNN attention, and fills
+every fresh tensor with NaN; the profile that prices a plan is timed in the default mode). Per
+phase its seconds, the uncompressed bytes delivered, the bytes copied over the host link and the
+effective bandwidth (uncompressed bytes per second of the phase); pinned bytes, host RAM (RSS
+and peak), attach seconds, compression and cache seconds, the strict pass's seconds and whether
+its outputs equal preload's. Budgets are GiB, or `N%` of the model's preload footprint.
+Weights are random N(0, 0.02) (BF16 on CUDA): say so in docs/benchmarks.md. The compressed
+layers are cached under `--cache-dir` (default: a temporary directory, removed at the end; never
+under `--out`, whose files are copied back).
 
 `--plan-from PROFILE` instead plans each budget of R1 with the planner from a profile with
 compression terms (`alpamayo-offload profile`): the raw plan (`PlannerOptions(compression='off')`),
@@ -36,6 +41,7 @@ import argparse
 import dataclasses
 import json
 import logging
+import os
 import shutil
 import statistics
 import tempfile
@@ -58,6 +64,7 @@ from alpamayo_offload.planning.profile import (
     Profile,
     SequenceProfile,
     VramProfile,
+    check_profile,
     load_profile,
 )
 
@@ -69,6 +76,7 @@ from .compress_subjects import (
     Run,
     llama_settings,
 )
+from .peers.measure import deterministic, synchronize
 
 LOG = logging.getLogger('bench_compress')
 GIB = 2**30
@@ -114,12 +122,24 @@ def host_ram() -> dict[str, int]:
     return found
 
 
+def _infer(subject: Subject) -> Run:
+    """Run one inference started on an idle device (the profile's and bench_workloads' way)."""
+    synchronize()
+    return subject.infer()
+
+
 def measure(subject: Subject, warmup: int, reps: int, ref: Run | None) -> tuple[dict[str, Any],
                                                                              Run]:
-    """Median of `reps` inferences after `warmup`, per phase; the last run for comparisons."""
+    """A strict deterministic pass, then the median of `reps` inferences after `warmup`.
+
+    The strict pass's outputs are compared bit for bit with `ref` (preload's strict pass) and
+    returned; the timed inferences run in the default mode, as the profile that prices the plan
+    was timed.
+    """
+    strict = deterministic(lambda: _infer(subject))
     for _ in range(warmup):
-        subject.infer()
-    runs = [subject.infer() for _ in range(max(1, reps))]
+        _infer(subject)
+    runs = [_infer(subject) for _ in range(max(1, reps))]
     phases = {p: statistics.median(r.phases_s[p] for r in runs) for p in subject.phases}
     last = runs[-1]
     effective = {p: last.streamed[p] / phases[p] / 1e9 if phases[p] else 0.0
@@ -127,6 +147,7 @@ def measure(subject: Subject, warmup: int, reps: int, ref: Run | None) -> tuple[
     streaming_s = sum(phases[p] for p in subject.phases if last.streamed[p])
     stats = subject.attach_stats()
     row = {'total_s': statistics.median(r.total_s for r in runs), 'reps': len(runs),
+           'timing_mode': 'default', 'deterministic_pass_s': strict.total_s,
            'phases_s': phases, 'streamed_bytes': last.streamed, 'copied_bytes': last.copied,
            'effective_gb_s': effective,
            'effective_gb_s_streaming': sum(last.streamed.values()) / streaming_s / 1e9
@@ -135,8 +156,8 @@ def measure(subject: Subject, warmup: int, reps: int, ref: Run | None) -> tuple[
            'bytes_copied': sum(last.copied.values()),
            'pinned_bytes': stats.pinned_bytes, 'required_bytes': stats.required_bytes,
            **host_ram(),
-           'exact': ref is None or last.same_as(ref)}
-    return row, last
+           'exact': ref is None or strict.same_as(ref)}
+    return row, strict
 
 
 def _attach(subject: Subject, resident: dict[str, tuple[int, ...]], budget: int | None,
@@ -392,6 +413,9 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run the rows within the time budget; write rows.json and print a table last."""
     args = _parser().parse_args(argv)
+    # What strict passes need, set before the first cuBLAS call, so that every inference of
+    # the run (strict or not) uses the same cuBLAS workspace, as the profile records it.
+    os.environ.setdefault('CUBLAS_WORKSPACE_CONFIG', ':4096:8')
     logging.basicConfig(level=logging.INFO, format='%(asctime)s %(message)s')
     start = time.perf_counter()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -425,8 +449,12 @@ def _planned(args: argparse.Namespace, cache_dir: Path, start: float) -> int:
         subject.attach({}, 'preload', None, 'off')
         ref_row, ref = measure(subject, args.warmup, args.reps, None)
         rows = [{'model': subject.name, 'budget_gib': None, 'plan': 'preload', **ref_row}]
-        profile = synthetic_profile(subject.engine) if args.plan_from == 'synthetic' \
-            else load_profile(args.plan_from)[0]
+        if args.plan_from == 'synthetic':
+            profile = synthetic_profile(subject.engine)
+        else:
+            profile = load_profile(args.plan_from)[0]
+            # warns when the profile was timed under other kernel settings than the rows are
+            check_profile(profile, kernel_settings=subject.engine.info.kernel_settings)
         planned = planned_rows(subject, profile, [float(b) for b in args.budgets.split(',')],
                                ref, args, start)
     finally:

@@ -12,6 +12,8 @@
   starts (its copy hidden behind the end of vision)?
 - `replan`: what does re-planning a loaded model cost, in time and host memory, with and
   without the pinned host store (`pin_all_layers`)?
+- `strict-mode`: what does strict deterministic mode cost each phase on the preloaded model, and
+  which of the vision tower's ops (by device time, and its fills of fresh tensors) pay for it?
 
 Each writes a JSON file under `--out` and prints a table. Run from the repository root.
 """

@@ -14,9 +14,11 @@ from bench.diag import (
     prefill_start,
     prefix_copy,
     replan,
+    strict_mode,
 )
 
-_SUBCOMMANDS = (bitexact, graphs, kv_memory, predict_rows, prefill_start, prefix_copy, replan)
+_SUBCOMMANDS = (bitexact, graphs, kv_memory, predict_rows, prefill_start, prefix_copy, replan,
+                strict_mode)
 
 
 def build_parser() -> argparse.ArgumentParser:

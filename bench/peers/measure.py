@@ -12,11 +12,14 @@ import statistics
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 import torch
 
 from .home import caching_pinned_bytes, reset_rss_peak, rss_bytes, rss_peak_bytes
+
+T = TypeVar('T')
 
 
 @dataclass
@@ -72,7 +75,7 @@ def max_abs_diff(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray]) -> fl
     return worst
 
 
-def deterministic(run: Callable[[], RunOutput]) -> RunOutput:
+def deterministic(run: Callable[[], T]) -> T:
     """Call `run` with deterministic algorithms on, and off again afterwards.
 
     Strict mode, never `warn_only=True`: with warn_only PyTorch still selects cuDNN attention and
