@@ -213,3 +213,30 @@ def test_a_given_profile_plans_with_the_engines_working_set(tmp_path: Path) -> N
     meta = json.loads((out / 'meta.json').read_text())
     assert meta['profiles']['s1']['working_set_bytes'] == {'profile': 1, 'engine': expected}
     assert all(r['status'] == 'ok' for r in _rows(out) if r['kind'] == 'planned')
+
+
+def test_a_compressed_rows_plan_attaches_its_kept_layers_and_codec() -> None:
+    """`--compression auto` rows: the plan's kept-compressed layers and compressed streaming
+    reach the engine (zlib on the CPU), and the row's output equals the raw plan's."""
+    import argparse
+
+    from alpamayo_offload.engine import Engine, EngineConfig
+    from alpamayo_offload.planning import Placement
+
+    args = argparse.Namespace(device='cpu')
+    engine = Engine.from_config(EngineConfig(model='tiny', fixed_decode_tokens=3,
+                                             diffusion_steps=2))
+    try:
+        inputs = engine.example_input()
+        bench_workloads.attach_row(engine, 'planned', None, Placement.of({'lm': (0,)}), args)
+        raw = engine.infer(inputs)
+        assert engine.info.compression == 'off' and not any(engine.info.compressed_layers.values())
+        packed = Placement.of({'lm': (0,)}, compressed={'lm': (1,)}, compression=True)
+        bench_workloads.attach_row(engine, 'planned', None, packed, args)
+        got = engine.infer(inputs)
+        assert engine.info.compression == 'on'
+        assert engine.info.compressed_layers['lm'] == (1,)
+        assert engine.info.resident_layers['lm'] == (0,)
+    finally:
+        engine.close()
+    assert (got.samples_xyz == raw.samples_xyz).all()
