@@ -193,7 +193,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         'by the same profile')
     p.add_argument('--compression', choices=('off', 'auto'), default='off',
                    help='auto: profile the compression terms too (nvCOMP) and let the planner '
-                        'keep or stream layers compressed where that pays; off: raw plans')
+                        'keep or stream layers compressed where that pays (the copy bound then '
+                        'prices only the bytes crossing PCIe, not the decompressions: not a '
+                        'bound for such rows); off: raw plans')
     p.add_argument('--budget-s', type=float, default=540.0,
                    help='skip a part whose estimate would end past this many seconds')
     p.add_argument('--report', action='store_true',

@@ -35,8 +35,8 @@ def driver_version(root: Path = Path('/')) -> str:
     return found.group(1) if found else ''
 
 
-def kernel_settings(*, fused_norms: bool, layer_graphs: bool = True,
-                    stream_graphs: bool = True) -> str:
+def kernel_settings(*, fused_norms: bool, layer_graphs: bool = EngineConfig.layer_graphs,
+                    stream_graphs: bool = EngineConfig.stream_graphs) -> str:
     """Return the settings that choose GPU kernels, as a profile records them.
 
     Deterministic algorithms and cuBLAS's workspace size (process-wide) decide which kernels run

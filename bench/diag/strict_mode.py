@@ -3,23 +3,26 @@
 Loads the model preloaded (the whole device) and, in each mode (`default`, and `strict`:
 `torch.use_deterministic_algorithms(True)`), runs a warm-up and `--runs` inferences on the
 presized example input, each started on an idle device, keeping each phase's median
-milliseconds; then profiles one more inference's vision tower (`torch.profiler`, started and
-stopped by hooks on the tower) and keeps its `--top` ops by device time (host time on the CPU)
-and how many times it filled a fresh tensor (`aten::fill_`: strict mode fills every fresh tensor
-with NaN). Strict mode also selects deterministic cuDNN convolutions (the patch embedding is
-one) and refuses cuDNN attention; the op table shows which of these the vision pays for.
+milliseconds. Only after both modes are timed does it profile one more inference's vision tower
+in each (`torch.profiler`, started and stopped by hooks on the tower; Kineto is asked to tear
+CUPTI down, which would otherwise slow every later launch) and keep its `--top` ops by device
+time (host time on the CPU) and how many times it filled a fresh tensor (`aten::fill_`: strict
+mode fills every fresh tensor with NaN). Strict mode also selects deterministic cuDNN
+convolutions (the patch embedding is one) and refuses cuDNN attention; the op table shows which
+of these the vision pays for.
 Runs on the CPU too (`--model tiny --device cpu`).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 from typing import Any
 
 import torch
 
-from bench.diag.common import add_out, add_subcommand, out_dir, paper_engine
+from bench.diag.common import add_out, add_subcommand, at_least_one, out_dir, paper_engine
 from bench.peers.measure import deterministic, synchronize
 
 PHASES = ('vision', 'prefill', 'decode', 'diffusion')
@@ -32,7 +35,8 @@ def register(sub: Any) -> None:
     add_out(p, runs=3)
     p.add_argument('--model', default='full', help='preset or checkpoint (default %(default)s)')
     p.add_argument('--device', default='cuda')
-    p.add_argument('--top', type=int, default=15, help='vision ops kept (default %(default)s)')
+    p.add_argument('--top', type=at_least_one, default=15,
+                   help='vision ops kept (default %(default)s)')
     p.set_defaults(func=run)
 
 
@@ -85,11 +89,19 @@ def run(args: argparse.Namespace) -> int:
     model_input = engine.example_input(presized=True)
     cuda = engine.device.type == 'cuda'
     report: dict[str, Any] = {'model': args.model, 'device': args.device, 'runs': args.runs}
-    for mode in ('default', 'strict'):
-        def measure() -> dict[str, Any]:
-            return {'phases_ms': phase_ms(engine, model_input, args.runs),
-                    'vision': vision_ops(engine, model_input, cuda, args.top)}
-        report[mode] = deterministic(measure) if mode == 'strict' else measure()
+
+    def in_mode(mode: str, call: Any) -> Any:
+        return deterministic(call) if mode == 'strict' else call()
+
+    modes = ('default', 'strict')
+    for mode in modes:          # timed before any profiler attaches to the process
+        report[mode] = {'phases_ms': in_mode(mode, lambda: phase_ms(engine, model_input,
+                                                                    args.runs))}
+    os.environ.setdefault('TEARDOWN_CUPTI', '1')
+    for mode in modes:
+        report[mode]['vision'] = in_mode(mode, lambda: vision_ops(engine, model_input, cuda,
+                                                                  args.top))
+    for mode in modes:
         found = report[mode]
         print(f"{mode}: " + ', '.join(f'{p} {ms:.1f} ms' for p, ms in found['phases_ms'].items())
               + f"; vision fills {found['vision']['fills']}; top vision ops: "
