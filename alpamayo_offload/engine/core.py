@@ -176,9 +176,7 @@ class Engine:
                               'share the host store outside any runtime; load the engine again '
                               'to run a plan')
         if self._runtime is not None:
-            self._release_graphs()
-            self._runtime.detach()
-            self._runtime = None
+            self._drop_runtime()
             if self.device.type == 'cuda':
                 torch.cuda.empty_cache()
         self._place_non_layer(embed_on_host)
@@ -266,9 +264,18 @@ class Engine:
     def close(self) -> None:
         """Detach the runtime (weights back where they came from)."""
         if self._runtime is not None:
+            self._drop_runtime()
+
+    def _drop_runtime(self) -> None:
+        """Release the graphs and detach the runtime; the engine holds none afterwards.
+
+        The runtime is dropped even when its detach fails, so a failed replan is not followed
+        by a second detach of half-detached layers.
+        """
+        runtime, self._runtime = self._runtime, None
+        if runtime is not None:
             self._release_graphs()
-            self._runtime.detach()
-            self._runtime = None
+            runtime.detach()
 
     def host_model(self, pinned: bool = False) -> AlpamayoR1:
         """Detach and return the model with every weight in host memory, for another runtime.

@@ -233,11 +233,13 @@ class StreamedLayer:
 
         The region's memory belongs to the arena, which the runtime frees after every layer (a
         host store keeps its own; its layers go back to ``meta``). A compressed layer is decoded
-        once more to hand its weights back.
+        once more to hand its weights back, unless every tensor goes back to ``meta`` (a layer
+        filled from a source: nothing to hand back, so nothing is decoded and no device memory
+        is taken, which matters when a smaller cap is already in force).
         """
-        flat = self._raw_bytes()
+        flat = None if all(t.on_meta for t in self.tensors) else self._raw_bytes()
         for t, entry in zip(self.tensors, self.layout.entries, strict=True):
-            _restore(t, None if t.on_meta else view(flat, entry).to(t.origin, copy=True))
+            _restore(t, None if flat is None else view(flat, entry).to(t.origin, copy=True))
         self._param_views, self._buffer_views = [], []
         self.transfer = Transfer(torch.empty(0, dtype=torch.uint8), ())
         self.bound_slot, self.region, self._codec = -1, None, None

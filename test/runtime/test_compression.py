@@ -16,6 +16,7 @@ from alpamayo_offload.runtime import (
     CodecError,
     CodecIndex,
     Compression,
+    HostStore,
     Mode,
     OffloadRuntime,
     PlaneZlibCodec,
@@ -166,3 +167,28 @@ def test_off_streams_raw_and_kept_layers_stream(reference: dict[str, list[torch.
 def test_plan_refuses_a_layer_both_resident_and_compressed() -> None:
     with pytest.raises(ValueError, match='both resident and compressed'):
         ResidencyPlan({'lm': (1,)}, compressed={'lm': (1, 2)})
+
+
+def test_detaching_layers_of_a_store_decodes_nothing(
+        monkeypatch: pytest.MonkeyPatch, reference: dict[str, list[torch.Tensor]]) -> None:
+    """Layers whose weights live in a host store go back to `meta` on detach without a decode.
+
+    A decode takes device memory for the layer's raw bytes; a replan to a smaller cap detaches
+    the larger plan after the new cap is in force, so it must not need any.
+    """
+    model = build_model()
+    store = HostStore.adopt(model.sequences())
+    for plan in ('mixed', 'all-kept-compressed'):
+        rt = OffloadRuntime(model.sequences(), PLANS[plan], mode=Mode.PIPELINED, device='cpu',
+                            compression='on')
+        rt.attach(store)
+        assert any(st.compressed for st in rt._streamed)
+        assert same(run(model, rt, SCENARIOS['two-inferences']), reference['two-inferences'])
+        with monkeypatch.context() as patch:
+            patch.setattr(PlaneZlibCodec, 'decompress_into', _refuse_decode)
+            rt.detach()
+        assert all(p.device.type == 'meta' for p in model.lm.parameters())
+
+
+def _refuse_decode(*_: object) -> None:
+    raise AssertionError('detach decoded a layer that goes back to meta')
