@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .masked_sdpa import masked_sdpa_attention, takes_over
 from .shared_prefix_cache import SharedPrefixCache, SharedPrefixLayer
 
 # Largest transient of one chunk: about one sample's prefill transient on Alpamayo 1.5
@@ -68,30 +69,34 @@ def attend_in_row_chunks(module: nn.Module, attend: Attention, query: torch.Tens
                          ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Append key and value to `cache`, then `attend` -> (output before o_proj, weights).
 
-    A masked call of several rows over a `SharedPrefixCache` whose transient would exceed
-    `cap` runs in chunks of rows (module docstring); anything else as one call, as before.
+    A masked call of several rows over a `SharedPrefixCache` runs in chunks of rows of at most
+    `cap` bytes of transient (module docstring), one chunk when all fit; anything else as one
+    call, as before. When `attend` is `masked_sdpa_attention` and takes the call over, each
+    chunk's K/V is built at the query heads directly (`SharedPrefixLayer.rows_kv`), the values
+    and layout its repeat would make.
     """
     layer = _chunkable_layer(module, query, attention_mask, cache)
-    step = query.shape[0]
-    if layer is not None:
-        keys = layer.get_seq_length() + key.shape[-2]
-        step = rows_per_chunk(keys * masked_attention_key_bytes(
-            key.shape[1], query.shape[1], query.shape[-1], query.shape[-2], key.element_size()),
-            cap)
-    if layer is None or step >= query.shape[0]:
+    if layer is None:
         if cache is not None:
             key, value = cache.update(key, value, module.layer_idx)
         return attend(module, query, key, value, attention_mask, **kwargs)
+    keys = layer.get_seq_length() + key.shape[-2]
+    step = rows_per_chunk(keys * masked_attention_key_bytes(
+        key.shape[1], query.shape[1], query.shape[-1], query.shape[-2], key.element_size()), cap)
+    repeat = query.shape[1] // key.shape[1] if attend is masked_sdpa_attention and takes_over(
+        module, key, value, attention_mask, **kwargs) else 1
     layer.append(key, value)
     outputs, weights = [], []
     for start in range(0, query.shape[0], step):
         stop = min(start + step, query.shape[0])
-        rows_key, rows_value = layer.rows_kv(start, stop)
+        rows_key, rows_value = layer.rows_kv(start, stop, repeat)
         mask = attention_mask if attention_mask.shape[0] == 1 else attention_mask[start:stop]
         out, w = attend(module, query[start:stop], rows_key, rows_value, mask, **kwargs)
         del rows_key, rows_value            # freed before the next chunk's are built
         outputs.append(out)
         weights.append(w)
+    if len(outputs) == 1:
+        return outputs[0], weights[0]
     if any(w is None for w in weights):
         return torch.cat(outputs), None
     return torch.cat(outputs), torch.cat(weights)

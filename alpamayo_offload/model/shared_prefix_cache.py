@@ -171,16 +171,23 @@ class SharedPrefixLayer(CacheLayerMixin):
             raise ValueError(f'cache update of {key_states.shape[0]} rows for a cache of '
                              f'{self.rows}')
 
-    def rows_kv(self, start: int, stop: int) -> KV:
-        """Build rows `start`..`stop`'s full K/V, each contiguous (stop - start, H, length, D)."""
-        return self._rows(0, start, stop), self._rows(1, start, stop)
+    def rows_kv(self, start: int, stop: int, heads_repeat: int = 1) -> KV:
+        """Build rows `start`..`stop`'s full K/V, each contiguous (stop - start, H, length, D).
 
-    def _rows(self, which: int, start: int, stop: int) -> torch.Tensor:
-        """Rows `start`..`stop`'s prefix then suffix as one contiguous (n, H, length, D) tensor."""
+        `heads_repeat` r > 1 builds them at r times the heads instead, each head repeated r
+        times in place (n, H * r, length, D): the values and layout of repeating the heads of
+        the K/V built with r = 1 (`wide_copy.repeat_heads`), without building those first.
+        """
+        return (self._rows(0, start, stop, heads_repeat),
+                self._rows(1, start, stop, heads_repeat))
+
+    def _rows(self, which: int, start: int, stop: int, heads_repeat: int = 1) -> torch.Tensor:
+        """Rows `start`..`stop`'s prefix then suffix as one contiguous (n, H * r, length, D)."""
         parts = [t[which] for g in self.groups for t in (g.prefix, g.suffix) if t is not None]
         dtype = functools.reduce(torch.promote_types, (t.dtype for t in parts))
         ref = parts[0]
-        out = torch.empty(stop - start, ref.shape[1], self.get_seq_length(), ref.shape[3],
+        heads, r = ref.shape[1], heads_repeat
+        out = torch.empty(stop - start, heads, r, self.get_seq_length(), ref.shape[3],
                           dtype=dtype, device=ref.device)
         first = 0
         for group in self.groups:
@@ -191,11 +198,12 @@ class SharedPrefixLayer(CacheLayerMixin):
                 if prefix.shape[0] != 1:                     # one prefix row per row
                     prefix = prefix[lo - first:hi - first]
                 p = prefix.shape[-2]
-                copy_into(block[:, :, :p], prefix)          # a shared prefix broadcasts
+                # a shared prefix broadcasts over the rows, every K/V head over its r copies
+                copy_into(block[..., :p, :], prefix[:, :, None])
                 if group.suffix is not None:
-                    copy_into(block[:, :, p:], group.suffix[which][lo - first:hi - first])
+                    copy_into(block[..., p:, :], group.suffix[which][lo - first:hi - first, :, None])
             first += group.rows
-        return out
+        return out.view(stop - start, heads * r, self.get_seq_length(), ref.shape[3])
 
     @property
     def keys(self) -> torch.Tensor | None:
