@@ -69,7 +69,7 @@ def with_fast_masked_repeat(attend: Attention) -> Attention:
 
 
 def autocast_dtype(device: torch.device) -> torch.dtype | None:
-    """The dtype autocast casts SDPA's floating inputs to on `device`, or None (autocast off).
+    """Return the dtype autocast casts SDPA's inputs to on `device`, or None (autocast off).
 
     SDPA is on autocast's lower-precision list (CUDA and CPU): every floating input but a
     float64 one is cast to the autocast dtype before the kernel runs.

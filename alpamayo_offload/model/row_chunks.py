@@ -5,9 +5,12 @@ guidance; guidance's unguided refeed, S rows) holds, per key and row of one laye
 full K/V, transformers' `repeat_kv` copies of K and V at the query heads, SDPA's re-laid-out
 copies of them and the float mask's copies expanded over the heads: ~25 KB per key and row for
 Alpamayo 1.5's expert, ~1.2 GB for 16 rows at ~3,100 keys. Here the new K/V is stored once,
-then each chunk of rows gets its own K/V from the cache (`SharedPrefixLayer.rows_kv`) and goes
+then each chunk of rows gets its own K/V from the cache (`SharedPrefixLayer.chunks_kv`) and goes
 through the same attention function with its rows of the query and the mask; the outputs are
-concatenated. The full (rows, ...) K/V never exists, and the transient is one chunk's.
+concatenated. The full (rows, ...) K/V never exists, and the transient is one chunk's. The
+chunks share one buffer, so a prompt prefix shared by the rows is written into it once per call,
+not once per chunk; where `masked_sdpa_attention` makes the call, the buffer holds K/V at the
+query heads (its repeat's values and layout), so no K/V at the K/V heads is built first.
 
 Each row's attention reads only that row's query, K/V and mask, and the kernels' arithmetic per
 row does not depend on how many rows a call has (the masked SDPA backends: see
@@ -87,12 +90,10 @@ def attend_in_row_chunks(module: nn.Module, attend: Attention, query: torch.Tens
         module, key, value, attention_mask, **kwargs) else 1
     layer.append(key, value)
     outputs, weights = [], []
-    for start in range(0, query.shape[0], step):
-        stop = min(start + step, query.shape[0])
-        rows_key, rows_value = layer.rows_kv(start, stop, repeat)
+    # one buffer for every chunk's K/V, its shared prefix written once (`chunks_kv`)
+    for start, stop, (rows_key, rows_value) in layer.chunks_kv(step, repeat):
         mask = attention_mask if attention_mask.shape[0] == 1 else attention_mask[start:stop]
         out, w = attend(module, query[start:stop], rows_key, rows_value, mask, **kwargs)
-        del rows_key, rows_value            # freed before the next chunk's are built
         outputs.append(out)
         weights.append(w)
     if len(outputs) == 1:
