@@ -12,7 +12,10 @@ Times `--runs` diffusions at 1 row and at `--rows`, each set after a warm-up, sy
 then, only after timing (CUPTI left attached slows later launches; Kineto is asked to tear it
 down), profiles one step at `--rows` with `torch.profiler` and prints its `--top` ops by device
 time (host time on the CPU) with their calls and the bytes they allocated, then the step's
-total op calls and bytes. Writes expert_rows.json under --out; no trace file.
+total op calls and bytes. Last, it checks the bits: the diffusion at `--rows` again with
+transformers' own attention (its rotary, `repeat_kv`, SDPA casting the float mask and the
+promoted float32 keys on every call; no graphs, no row chunks) must give the same actions bit
+for bit. Writes expert_rows.json under --out; no trace file. Exits 1 if the bits differ.
 Runs on the CPU too (`--device cpu --layers 2 --prompt 500`).
 """
 from __future__ import annotations
@@ -27,10 +30,12 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLTextAttention
 
 from alpamayo_offload.model import (
     AlpamayoR1,
     LayerGraphs,
+    RolledRotaryAttention,
     Rollout,
     SharedPrefixCache,
     build_random,
@@ -38,6 +43,7 @@ from alpamayo_offload.model import (
     graph_decoder_layers,
     roll_rotary,
 )
+from alpamayo_offload.model.class_swap import swap_class
 from alpamayo_offload.model.config import (
     TRAJ_FUTURE_START_ID,
     AlpamayoConfig,
@@ -110,10 +116,10 @@ class Diffusion:
         self.x0 = torch.randn(rows, cfg.action.n_waypoints, 2, generator=gen, device=ro.device)
         self.t = torch.full((rows, 1, 1), 0.5, device=ro.device)
 
-    def run(self) -> torch.Tensor:
-        """Every Euler step, the mask cast once first (`run_inference`)."""
+    def run(self, cast_mask: bool = True) -> torch.Tensor:
+        """Every Euler step, the mask cast once first as `run_inference` does (`cast_mask`)."""
         with torch.no_grad(), self.ro.autocast():
-            mask = self.ro.sdpa_mask(self.mask)
+            mask = self.ro.sdpa_mask(self.mask) if cast_mask else self.mask
             return self.ro.model.heads.diffusion.sample(
                 self.x0, lambda x, t: self.ro.expert_step(x, t, self.cache, self.pos, mask)[0],
                 self.steps)
@@ -175,22 +181,37 @@ def profile_step(diffusion: Diffusion, device: torch.device, top: int) -> dict[s
                      'allocated_mb': round(allocated(e) / 2**20, 1)} for e in ranked]}
 
 
-def build(device: torch.device, layers: int, graphs: bool) -> Rollout:
+def build(device: torch.device, layers: int, graphs: bool) -> tuple[Rollout, LayerGraphs | None]:
     """The model on `device` as the engine loads it, its expert layers graphed (CUDA, `graphs`)."""
     model: AlpamayoR1 = build_random(expert_config(layers), seed=0, device=device, dtype=_DTYPE)
     fuse_rms_norms(model)               # as the engine's defaults load it
     roll_rotary(model)
     graph_decoder_layers(model)
+    layer_graphs = None
     if graphs and device.type == 'cuda':
-        LayerGraphs(device).enable(model.expert_lm.layers)
-    return Rollout(model, device)
+        layer_graphs = LayerGraphs(device)
+        layer_graphs.enable(model.expert_lm.layers)
+    return Rollout(model, device), layer_graphs
+
+
+def same_bits_as_transformers(diffusion: Diffusion, graphs: LayerGraphs | None) -> bool:
+    """Run the diffusion, then again with transformers' attention; tell whether the bits agree.
+
+    The model keeps transformers' attention afterwards (its graphs released).
+    """
+    ours = diffusion.run()
+    if graphs is not None:
+        graphs.release()
+    swap_class(diffusion.ro.model, RolledRotaryAttention, Qwen3VLTextAttention)
+    theirs = diffusion.run(cast_mask=False)
+    return torch.equal(ours.view(torch.uint8), theirs.view(torch.uint8))
 
 
 def run(args: argparse.Namespace) -> int:
     """Time 1 row and `--rows`, profile a step at `--rows`, print and write expert_rows.json."""
     out = out_dir(args)
     device = torch.device(args.device)
-    ro = build(device, args.layers, args.graphs)
+    ro, graphs = build(device, args.layers, args.graphs)
     timings = {}
     for rows in sorted({1, args.rows}):
         diffusion = Diffusion(ro, rows, args.prompt, args.decoded, args.steps)
@@ -201,6 +222,8 @@ def run(args: argparse.Namespace) -> int:
     os.environ.setdefault('TEARDOWN_CUPTI', '1')     # before the profiler first starts
     profile = profile_step(Diffusion(ro, args.rows, args.prompt, args.decoded, args.steps),
                            device, args.top)
+    exact = same_bits_as_transformers(
+        Diffusion(ro, args.rows, args.prompt, args.decoded, args.steps), graphs)
     print(f'expert diffusion, {args.layers} layers, {args.steps} steps, prompt {args.prompt} + '
           f'{args.decoded} tokens, {device}, graphs {args.graphs and device.type == "cuda"}')
     for rows, timing in timings.items():
@@ -212,9 +235,10 @@ def run(args: argparse.Namespace) -> int:
     for op in profile['top']:
         print(f'  {op["name"][:48]:48s} {op["calls"]:6d} {op["ms"]:9.3f} '
               f'{op["allocated_mb"]:10.1f}')
+    print(f'{args.rows} rows, same bits as transformers\' attention: {exact}')
     (out / 'expert_rows.json').write_text(json.dumps(
         {'rows': args.rows, 'layers': args.layers, 'prompt': args.prompt,
          'decoded': args.decoded, 'steps': args.steps, 'device': str(device),
          'graphs': args.graphs and device.type == 'cuda', 'timings': timings,
-         'step_profile': profile}, indent=1))
-    return 0
+         'step_profile': profile, 'same_bits_as_transformers': exact}, indent=1))
+    return 0 if exact else 1

@@ -22,6 +22,7 @@ def test_expert_rows_times_both_row_counts_and_profiles_a_step(
     assert profile['time'] == 'host' and len(profile['top']) == 4 and profile['aten_calls'] > 0
     printed = capsys.readouterr().out
     assert '3 rows:' in printed and 'top ops by host time' in printed
+    assert report['same_bits_as_transformers'] is True
 
 
 def test_expert_rows_refuses_rows_below_one(tmp_path: Path,
