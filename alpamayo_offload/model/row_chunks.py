@@ -45,7 +45,9 @@ def masked_attention_key_bytes(kv_heads: int, heads: int, head_dim: int, queries
 
     The row's K/V (built for the call), `repeat_kv`'s copies of K and V at the query heads and
     SDPA's re-laid-out copies of them, and per query the float mask (float32, its cast,
-    expanded over the heads).
+    expanded over the heads): transformers' attention. Where `masked_sdpa_attention` makes the
+    call it holds less (K/V built at the query heads directly, a mask already cast), so the
+    bound holds for both.
     """
     return (2 * kv_heads * head_dim * dtype_bytes + 4 * heads * head_dim * dtype_bytes
             + queries * (heads * 4 + 4 + 4 + dtype_bytes))
