@@ -96,8 +96,8 @@ class RolledRotaryAttention(Qwen3VLTextAttention):
         """
         attend = with_fast_masked_repeat(ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, eager_attention_forward))
-        if attend is masked_sdpa_attention and takes_over(self, key, value, attention_mask,
-                                                          **kwargs):
+        if attention_mask is not None and attend is masked_sdpa_attention and takes_over(
+                self, key, value, attention_mask, **kwargs):
             query, key, value, attention_mask = as_autocast_inputs(
                 autocast_dtype(query.device), query, key, value, attention_mask)
         return attend_in_row_chunks(
