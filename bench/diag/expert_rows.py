@@ -170,7 +170,10 @@ def profile_step(diffusion: Diffusion, device: torch.device, top: int) -> dict[s
         return (_device_us(event) if cuda else event.self_cpu_time_total) / 1e3
 
     def allocated(event: Any) -> int:
-        return max(0, event.self_device_memory_usage if cuda else event.self_cpu_memory_usage)
+        if not cuda:
+            return max(0, event.self_cpu_memory_usage)
+        return max(0, getattr(event, 'self_device_memory_usage',
+                              getattr(event, 'self_cuda_memory_usage', 0)))
 
     ops = [e for e in events if e.key.startswith('aten::')]
     ranked = sorted(events, key=ms, reverse=True)[:top]
