@@ -10,12 +10,13 @@ engine loads it by default (fused norms, rolled rotary) with the expert layers' 
 unless `--no-graphs` (they take inputs of at most 256 tokens: 1 row, not 16).
 Times `--runs` diffusions at 1 row and at `--rows`, each set after a warm-up, synchronised;
 then, only after timing (CUPTI left attached slows later launches; Kineto is asked to tear it
-down), profiles one step at `--rows` with `torch.profiler` and prints its `--top` ops by device
-time (host time on the CPU) with their calls and the bytes they allocated, then the step's
-total op calls and bytes. Last, it checks the bits: the diffusion at `--rows` again with
-transformers' own attention (its rotary, `repeat_kv`, SDPA casting the float mask and the
-promoted float32 keys on every call; no graphs, no row chunks) must give the same actions bit
-for bit. Writes expert_rows.json under --out; no trace file. Exits 1 if the bits differ.
+down), profiles one step at `--rows` with `torch.profiler` and prints its `--top` kernels by
+their own device time (ops by own host time on the CPU) with their calls and the bytes they
+allocated, and the step's aten op calls and bytes. Last, it checks the bits: the diffusion at
+`--rows` again with transformers' own attention (its rotary, `repeat_kv`, SDPA casting the
+float mask and the promoted float32 keys on every call; no graphs, no row chunks) must give the
+same actions bit for bit. Writes expert_rows.json under --out; no trace file. Exits 1 if the
+bits differ.
 Runs on the CPU too (`--device cpu --layers 2 --prompt 500`).
 """
 from __future__ import annotations
@@ -150,11 +151,15 @@ def time_ms(fn: Callable[[], Any], runs: int, device: torch.device) -> list[floa
 
 
 def _device_us(event: Any) -> float:
-    return getattr(event, 'device_time_total', getattr(event, 'cuda_time_total', 0.0))
+    """An event's own device time in us: a kernel's, none of an op's (its kernels have it)."""
+    return getattr(event, 'self_device_time_total', getattr(event, 'self_cuda_time_total', 0.0))
 
 
 def profile_step(diffusion: Diffusion, device: torch.device, top: int) -> dict[str, Any]:
-    """Profile one step: its `top` ops by device (host) time, its op calls and bytes allocated."""
+    """Profile one step: its `top` kernels by own device time (ops by host time on the CPU).
+
+    Also its aten op calls and the bytes they allocated.
+    """
     cuda = device.type == 'cuda'
     activities = [torch.profiler.ProfilerActivity.CPU]
     if cuda:
