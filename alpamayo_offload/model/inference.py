@@ -37,6 +37,7 @@ from .alpamayo import AlpamayoR1
 from .config import ANSWER_END_ID, IM_END_ID, IMAGE_PAD_ID, PAD_ID, TRAJ_FUTURE_START_ID
 from .errors import ModelInputError
 from .inputs import ModelInputs
+from .masked_sdpa import as_autocast_inputs, autocast_dtype
 from .observer import NullObserver, PhaseObserver
 from .shared_prefix_cache import SharedPrefixCache, stack_caches
 from .tokens import TextEncoder, chain_of_causation_ids, remove_route_span
@@ -320,7 +321,7 @@ class Rollout:
         mask.masked_fill_(hidden[:, None], torch.finfo(torch.float32).min)
         self.model.vlm.model.language_model(
             inputs_embeds=self.embed(gen), position_ids=pos.expand(3, s, g),
-            past_key_values=cache, attention_mask=mask, use_cache=True)
+            past_key_values=cache, attention_mask=self.sdpa_mask(mask), use_cache=True)
         observer.phase_end("unguided", 1)
         sequences = torch.cat([unguided_ids.to(self.device).expand(s, -1), gen], dim=1)
         cache_len = cache.get_seq_length()
@@ -330,6 +331,15 @@ class Rollout:
                   "unguided_cache_len": torch.tensor(cache_len),
                   "unguided_expert_position_ids": pos_u, "unguided_expert_attention_mask": mask_u}
         return cache, pos_u, mask_u, extras
+
+    def sdpa_mask(self, mask: torch.Tensor) -> torch.Tensor:
+        """Return an additive float mask as the attention's SDPA sees it, cast once.
+
+        Under autocast SDPA casts its mask to the autocast dtype on every call, every layer of
+        every pass (model/masked_sdpa.py); a mask cast here first has the same values, and
+        passes reading it skip those casts. Without autocast it is returned as it is.
+        """
+        return as_autocast_inputs(autocast_dtype(self.device), mask)[0]
 
     def expert_step(self, x: torch.Tensor, t: torch.Tensor, cache: Cache,
                     position_ids: torch.Tensor,
@@ -502,6 +512,7 @@ def run_inference(model: AlpamayoR1, inputs: ModelInputs, device: torch.device |
             if keep_extras:
                 extras.update(more)
             cache, pos, mask = stack_expert_contexts((cache, pos, mask), (cache_u, pos_u, mask_u))
+        mask = ro.sdpa_mask(mask)     # once, not in every layer of every step
 
         n = model.cfg.action.n_waypoints
         if diffusion_noise is None:

@@ -23,7 +23,13 @@ from transformers.models.qwen3_vl.modeling_qwen3_vl import (
 )
 
 from .class_swap import swap_class
-from .masked_sdpa import with_fast_masked_repeat
+from .masked_sdpa import (
+    as_autocast_inputs,
+    autocast_dtype,
+    masked_sdpa_attention,
+    takes_over,
+    with_fast_masked_repeat,
+)
 from .row_chunks import ROW_CHUNK_BYTES, attend_in_row_chunks
 
 
@@ -83,10 +89,17 @@ class RolledRotaryAttention(Qwen3VLTextAttention):
         """Append key and value to the cache and attend -> (output before o_proj, weights).
 
         A masked call of several rows runs in chunks of at most `row_chunk_bytes` of transient
-        (model/row_chunks.py), bit-identical to one call.
+        (model/row_chunks.py), bit-identical to one call. A call that SDPA makes under autocast
+        gets its inputs cast first, as SDPA would cast them (model/masked_sdpa.py): the cache
+        then keeps the expert's float32 keys in the autocast dtype, which every later read
+        would cast them to.
         """
         attend = with_fast_masked_repeat(ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, eager_attention_forward))
+        if attention_mask is not None and attend is masked_sdpa_attention and takes_over(
+                self, key, value, attention_mask, **kwargs):
+            query, key, value, attention_mask = as_autocast_inputs(
+                autocast_dtype(query.device), query, key, value, attention_mask)
         return attend_in_row_chunks(
             self, attend, query, key, value, attention_mask, past_key_values,
             cap=self.row_chunk_bytes,

@@ -5,9 +5,12 @@ guidance; guidance's unguided refeed, S rows) holds, per key and row of one laye
 full K/V, transformers' `repeat_kv` copies of K and V at the query heads, SDPA's re-laid-out
 copies of them and the float mask's copies expanded over the heads: ~25 KB per key and row for
 Alpamayo 1.5's expert, ~1.2 GB for 16 rows at ~3,100 keys. Here the new K/V is stored once,
-then each chunk of rows gets its own K/V from the cache (`SharedPrefixLayer.rows_kv`) and goes
+then each chunk of rows gets its own K/V from the cache (`SharedPrefixLayer.chunks_kv`) and goes
 through the same attention function with its rows of the query and the mask; the outputs are
-concatenated. The full (rows, ...) K/V never exists, and the transient is one chunk's.
+concatenated. The full (rows, ...) K/V never exists, and the transient is one chunk's. The
+chunks share one buffer, so a prompt prefix shared by the rows is written into it once per call,
+not once per chunk; where `masked_sdpa_attention` makes the call, the buffer holds K/V at the
+query heads (its repeat's values and layout), so no K/V at the K/V heads is built first.
 
 Each row's attention reads only that row's query, K/V and mask, and the kernels' arithmetic per
 row does not depend on how many rows a call has (the masked SDPA backends: see
@@ -24,6 +27,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .masked_sdpa import masked_sdpa_attention, takes_over
 from .shared_prefix_cache import SharedPrefixCache, SharedPrefixLayer
 
 # Largest transient of one chunk: about one sample's prefill transient on Alpamayo 1.5
@@ -41,7 +45,9 @@ def masked_attention_key_bytes(kv_heads: int, heads: int, head_dim: int, queries
 
     The row's K/V (built for the call), `repeat_kv`'s copies of K and V at the query heads and
     SDPA's re-laid-out copies of them, and per query the float mask (float32, its cast,
-    expanded over the heads).
+    expanded over the heads): transformers' attention. Where `masked_sdpa_attention` makes the
+    call it holds less (K/V built at the query heads directly, a mask already cast), so the
+    bound holds for both.
     """
     return (2 * kv_heads * head_dim * dtype_bytes + 4 * heads * head_dim * dtype_bytes
             + queries * (heads * 4 + 4 + 4 + dtype_bytes))
@@ -68,30 +74,32 @@ def attend_in_row_chunks(module: nn.Module, attend: Attention, query: torch.Tens
                          ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Append key and value to `cache`, then `attend` -> (output before o_proj, weights).
 
-    A masked call of several rows over a `SharedPrefixCache` whose transient would exceed
-    `cap` runs in chunks of rows (module docstring); anything else as one call, as before.
+    A masked call of several rows over a `SharedPrefixCache` runs in chunks of rows of at most
+    `cap` bytes of transient (module docstring), one chunk when all fit; anything else as one
+    call, as before. When `attend` is `masked_sdpa_attention` and takes the call over, each
+    chunk's K/V is built at the query heads directly (`SharedPrefixLayer.rows_kv`), the values
+    and layout its repeat would make.
     """
     layer = _chunkable_layer(module, query, attention_mask, cache)
-    step = query.shape[0]
-    if layer is not None:
-        keys = layer.get_seq_length() + key.shape[-2]
-        step = rows_per_chunk(keys * masked_attention_key_bytes(
-            key.shape[1], query.shape[1], query.shape[-1], query.shape[-2], key.element_size()),
-            cap)
-    if layer is None or step >= query.shape[0]:
+    if layer is None:
         if cache is not None:
             key, value = cache.update(key, value, module.layer_idx)
         return attend(module, query, key, value, attention_mask, **kwargs)
+    keys = layer.get_seq_length() + key.shape[-2]
+    step = rows_per_chunk(keys * masked_attention_key_bytes(
+        key.shape[1], query.shape[1], query.shape[-1], query.shape[-2], key.element_size()), cap)
+    repeat = query.shape[1] // key.shape[1] if attend is masked_sdpa_attention and takes_over(
+        module, key, value, attention_mask, **kwargs) else 1
     layer.append(key, value)
     outputs, weights = [], []
-    for start in range(0, query.shape[0], step):
-        stop = min(start + step, query.shape[0])
-        rows_key, rows_value = layer.rows_kv(start, stop)
+    # one buffer for every chunk's K/V, its shared prefix written once (`chunks_kv`)
+    for start, stop, (rows_key, rows_value) in layer.chunks_kv(step, repeat):
         mask = attention_mask if attention_mask.shape[0] == 1 else attention_mask[start:stop]
         out, w = attend(module, query[start:stop], rows_key, rows_value, mask, **kwargs)
-        del rows_key, rows_value            # freed before the next chunk's are built
         outputs.append(out)
         weights.append(w)
+    if len(outputs) == 1:
+        return outputs[0], weights[0]
     if any(w is None for w in weights):
         return torch.cat(outputs), None
     return torch.cat(outputs), torch.cat(weights)

@@ -20,6 +20,7 @@ Everything stored is a copy: an update's K/V may be a CUDA graph's static output
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -171,41 +172,82 @@ class SharedPrefixLayer(CacheLayerMixin):
             raise ValueError(f'cache update of {key_states.shape[0]} rows for a cache of '
                              f'{self.rows}')
 
-    def rows_kv(self, start: int, stop: int) -> KV:
-        """Build rows `start`..`stop`'s full K/V, each contiguous (stop - start, H, length, D)."""
-        return self._rows(0, start, stop), self._rows(1, start, stop)
+    def rows_kv(self, start: int, stop: int, heads_repeat: int = 1) -> KV:
+        """Build rows `start`..`stop`'s full K/V, each contiguous (stop - start, H, length, D).
 
-    def _rows(self, which: int, start: int, stop: int) -> torch.Tensor:
-        """Rows `start`..`stop`'s prefix then suffix as one contiguous (n, H, length, D) tensor."""
+        `heads_repeat` r > 1 builds them at r times the heads instead, each head repeated r
+        times in place (n, H * r, length, D): the values and layout of repeating the heads of
+        the K/V built with r = 1 (`wide_copy.repeat_heads`), without building those first.
+        """
+        return (self._fill(self._buffer(0, stop - start, heads_repeat), 0, start, stop),
+                self._fill(self._buffer(1, stop - start, heads_repeat), 1, start, stop))
+
+    def chunks_kv(self, step: int, heads_repeat: int = 1) -> Iterator[tuple[int, int, KV]]:
+        """Yield every chunk of `step` rows in order: (start, stop, K/V as `rows_kv` builds it).
+
+        The chunks are written into one buffer per K and V, sized for `step` rows (a shorter
+        last chunk takes its leading rows). A row slot whose previous chunk left the same shared
+        prefix there keeps it, and only the rows' own tokens are written again: a shared prefix
+        is copied into at most `step` rows of a call, not into every row. The caller is done
+        with a chunk before it takes the next (the next one's writes are ordered after its
+        reads, as on one CUDA stream).
+        """
+        step = max(1, min(step, self.rows))
+        buffers = [self._buffer(which, step, heads_repeat) for which in (0, 1)]
+        held: list[list[torch.Tensor | None]] = [[None] * step, [None] * step]
+        for start in range(0, self.rows, step):
+            stop = min(start + step, self.rows)
+            yield start, stop, (self._fill(buffers[0][:stop - start], 0, start, stop, held[0]),
+                                self._fill(buffers[1][:stop - start], 1, start, stop, held[1]))
+
+    def _buffer(self, which: int, rows: int, heads_repeat: int) -> torch.Tensor:
+        """Return an empty (rows, H, r, length, D) tensor for keys (0) or values (1) of `rows`."""
         parts = [t[which] for g in self.groups for t in (g.prefix, g.suffix) if t is not None]
         dtype = functools.reduce(torch.promote_types, (t.dtype for t in parts))
         ref = parts[0]
-        out = torch.empty(stop - start, ref.shape[1], self.get_seq_length(), ref.shape[3],
-                          dtype=dtype, device=ref.device)
+        return torch.empty(rows, ref.shape[1], heads_repeat, self.get_seq_length(), ref.shape[3],
+                           dtype=dtype, device=ref.device)
+
+    def _fill(self, out: torch.Tensor, which: int, start: int, stop: int,
+              held: list[torch.Tensor | None] | None = None) -> torch.Tensor:
+        """Write rows `start`..`stop`'s prefix then suffix into `out` -> (n, H * r, length, D).
+
+        `held`, per row slot of `out`, names the shared prefix the slot already holds (kept up
+        to date here); a group's rows whose slots all hold its prefix skip writing it.
+        """
         first = 0
         for group in self.groups:
             lo, hi = max(start, first), min(stop, first + group.rows)
             if lo < hi:
                 block = out[lo - start:hi - start]
                 prefix = group.prefix[which]
-                if prefix.shape[0] != 1:                     # one prefix row per row
+                shared = prefix.shape[0] == 1
+                if not shared:                              # one prefix row per row
                     prefix = prefix[lo - first:hi - first]
                 p = prefix.shape[-2]
-                copy_into(block[:, :, :p], prefix)          # a shared prefix broadcasts
+                slots = range(lo - start, hi - start)
+                if held is None or not shared or any(held[j] is not prefix for j in slots):
+                    # a shared prefix broadcasts over the rows, each K/V head over its r copies
+                    copy_into(block[..., :p, :], prefix[:, :, None])
+                    if held is not None:
+                        for j in slots:
+                            held[j] = prefix if shared else None
                 if group.suffix is not None:
-                    copy_into(block[:, :, p:], group.suffix[which][lo - first:hi - first])
+                    suffix = group.suffix[which][lo - first:hi - first]
+                    copy_into(block[..., p:, :], suffix[:, :, None])
             first += group.rows
-        return out
+        rows, heads, r, length, dim = out.shape
+        return out.view(rows, heads * r, length, dim)
 
     @property
     def keys(self) -> torch.Tensor | None:
         """Every row's keys (rows, H, length, D), built on each read (tests, inspection)."""
-        return self._rows(0, 0, self.rows) if self.groups else None
+        return self._fill(self._buffer(0, self.rows, 1), 0, 0, self.rows) if self.groups else None
 
     @property
     def values(self) -> torch.Tensor | None:
         """Every row's values (rows, H, length, D), built on each read."""
-        return self._rows(1, 0, self.rows) if self.groups else None
+        return self._fill(self._buffer(1, self.rows, 1), 1, 0, self.rows) if self.groups else None
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
         """Return the key length and offset of a query of `query_length` tokens."""

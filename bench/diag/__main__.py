@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from bench.diag import (
     bitexact,
+    expert_rows,
     graphs,
     kv_memory,
     predict_rows,
@@ -17,8 +18,8 @@ from bench.diag import (
     strict_mode,
 )
 
-_SUBCOMMANDS = (bitexact, graphs, kv_memory, predict_rows, prefill_start, prefix_copy, replan,
-                strict_mode)
+_SUBCOMMANDS = (bitexact, expert_rows, graphs, kv_memory, predict_rows, prefill_start, prefix_copy,
+                replan, strict_mode)
 
 
 def build_parser() -> argparse.ArgumentParser:

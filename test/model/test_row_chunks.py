@@ -20,6 +20,7 @@ from alpamayo_offload.model import (
     row_chunks,
     run_inference,
     stack_caches,
+    tiny_1_5_config,
 )
 from alpamayo_offload.model.row_chunks import (
     attend_in_row_chunks,
@@ -30,11 +31,14 @@ from alpamayo_offload.model.row_chunks import (
 from testkit.rollouts import SAMPLE_CASES, drive_inputs
 
 
+@pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize('case', list(SAMPLE_CASES))
-def test_rollouts_in_row_chunks_equal_whole_calls_bit_for_bit(case: str) -> None:
+def test_rollouts_in_row_chunks_equal_whole_calls_bit_for_bit(case: str,
+                                                              dtype: torch.dtype) -> None:
+    """BF16 runs under autocast: the rolled attention casts SDPA's inputs before autocast does."""
     make, samples, weight, nav = SAMPLE_CASES[case]
     torch.set_num_threads(1)
-    model = build_random(make(), seed=5)
+    model = build_random(make(), seed=5, dtype=dtype)
     inputs = drive_inputs(model.cfg, nav, seed=1, speed=7.0, yaw=0.2)
     # 6 decode steps take every cache path 12 do (the same repeats and crops), in half the time
     opts = DecodeOptions(max_decode_tokens=6, sample=True, seed=3, num_samples=samples,
@@ -143,3 +147,35 @@ def test_chunk_sizes_follow_the_byte_cap() -> None:
     assert chunk_transient_bytes(2, 100, cap=250) == 200
     assert chunk_transient_bytes(16, 300, cap=250) == 300
     assert RolledRotaryAttention.row_chunk_bytes == row_chunks.ROW_CHUNK_BYTES
+
+
+def test_a_bf16_expert_step_of_16_rows_hands_sdpa_its_inputs_ready(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """No per-layer cast of the mask or K/V, no K/V at the K/V heads: SDPA takes them as given.
+
+    Under autocast every masked expert call gets BF16 query, K/V and mask (autocast has nothing
+    to cast), K/V already at the query heads, and every layer of every step reads views of one
+    mask cast once per diffusion.
+    """
+    torch.set_num_threads(1)
+    model = build_random(tiny_1_5_config(), seed=5, dtype=torch.bfloat16)
+    roll_rotary(model)
+    n = model.cfg.action.n_waypoints
+    seen = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def spy(query, key, value, attn_mask=None, **kwargs):
+        if query.shape[2] == n:                          # the expert's action tokens
+            seen.append((query, key, value, attn_mask))
+        return sdpa(query, key, value, attn_mask=attn_mask, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, 'scaled_dot_product_attention', spy)
+    run_inference(model, drive_inputs(model.cfg, None, seed=1), 'cpu',
+                  DecodeOptions(max_decode_tokens=3, num_samples=16, diffusion_steps=2))
+    assert len(seen) == 2 * model.cfg.text.num_layers
+    masks = set()
+    for query, key, value, mask in seen:
+        assert query.shape[0] == 16 and key.shape[1] == value.shape[1] == query.shape[1]
+        assert {t.dtype for t in (query, key, value, mask)} == {torch.bfloat16}
+        masks.add(mask.untyped_storage().data_ptr())
+    assert len(masks) == 1

@@ -18,9 +18,11 @@ from alpamayo_offload.model import (
     generate_text,
     prepare_vqa_inputs,
     run_inference,
+    shared_prefix_cache,
     stack_caches,
     tiny_1_5_config,
 )
+from alpamayo_offload.model.wide_copy import repeat_heads
 from testkit.repeated_cache import repeated_cache
 from testkit.rollouts import SAMPLE_CASES, drive_frames, drive_inputs
 
@@ -195,6 +197,62 @@ def test_shared_rows_copy_the_bits_of_a_concatenation(dtype: torch.dtype, head_d
     for g, w in zip(got, want, strict=True):
         assert g.dtype == dtype and g.is_contiguous()
         assert torch.equal(g.view(torch.uint8), w.view(torch.uint8))
+
+
+def _stacked_with_own_prefixes() -> SharedPrefixCache:
+    """A guided (3 rows) and an unguided (4 rows) context stacked, then 2 rows of own prompts."""
+    a, b = SharedPrefixCache(), SharedPrefixCache()
+    _filled(a, 3, 7, 4, 1)
+    _filled(b, 4, 5, 2, 2)
+    stacked = stack_caches(a, b)
+    own = SharedPrefixCache()
+    for layer in range(2):          # one prefix row per row: nothing shared
+        own.update(*_kv(2, 11, 60 + layer), layer)
+    both = stack_caches(stacked, own)
+    for layer in range(2):
+        both.update(*_kv(9, 3, 70 + layer), layer)
+    return both
+
+
+@pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float32])
+def test_rows_built_at_the_query_heads_are_their_repeat(dtype: torch.dtype) -> None:
+    layer = _stacked_with_own_prefixes().layers[1]
+    for group in layer.groups:
+        group.prefix = tuple(t.to(dtype) for t in group.prefix)
+        group.suffix = tuple(t.to(dtype) for t in group.suffix)
+    for start, stop in ((0, 9), (2, 5), (6, 9)):
+        got = layer.rows_kv(start, stop, heads_repeat=3)
+        want = [repeat_heads(t, 3) for t in layer.rows_kv(start, stop)]
+        for g, w in zip(got, want, strict=True):
+            assert g.shape == (stop - start, 3 * H, 14, D) and g.stride() == w.stride()
+            assert torch.equal(g.view(torch.uint8), w.view(torch.uint8))
+
+
+@pytest.mark.parametrize('step', [1, 2, 3, 4, 9, 20])
+def test_chunks_share_one_buffer_and_write_a_shared_prefix_once(
+        step: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    layer = _stacked_with_own_prefixes().layers[0]
+    want = [layer.rows_kv(start, min(start + step, 9), 2) for start in range(0, 9, step)]
+    written: list[int] = []
+
+    def counting(dst: torch.Tensor, src: torch.Tensor) -> None:
+        written.append(dst.numel())
+        dst.copy_(src)
+
+    monkeypatch.setattr(shared_prefix_cache, 'copy_into', counting)
+    chunks = []
+    for start, stop, kv in layer.chunks_kv(step, heads_repeat=2):
+        chunks.append((start, stop))
+        for g, w in zip(kv, want[len(chunks) - 1], strict=True):   # read before the next chunk
+            assert torch.equal(g, w) and g.stride() == w.stride()
+    assert chunks == [(s, min(s + step, 9)) for s in range(0, 9, step)]
+    # Rows 0-2 share a 7-token prefix (7 tokens of their own after it), rows 3-6 a 5-token one
+    # (9 of their own), rows 7-8 have 11 tokens of prompt each (3 of their own). Every row's own
+    # tokens are written; a shared prefix only into slots that did not hold it for the previous
+    # chunk (one call with no chunks: 3 x 7 + 4 x 5 + 2 x 11 = 63 prefix tokens).
+    prefix_tokens = {1: 7 + 5 + 22, 2: 14 + 15 + 22, 3: 21 + 15 + 22, 4: 63, 9: 63, 20: 63}[step]
+    own_tokens = 3 * 7 + 4 * 9 + 2 * 3
+    assert sum(written) == 2 * (2 * H * D) * (prefix_tokens + own_tokens)   # K and V, heads x 2
 
 
 def test_reset_empties_and_what_does_not_apply_is_refused() -> None:
