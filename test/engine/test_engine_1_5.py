@@ -14,6 +14,7 @@ from alpamayo_offload.engine import (
     Engine,
     EngineConfig,
     EngineInputError,
+    core,
     estimate_working_set,
     example_input,
 )
@@ -274,12 +275,42 @@ def test_cuda_guided_samples_stay_within_the_working_set_estimate() -> None:
     assert grown <= estimate, f'grew {grown / 2**30:.2f} GiB, estimate {estimate / 2**30:.2f}'
 
 
+class _DiffusionPeak(core._PhaseBridge):
+    """The engine's phase bridge, also keeping the diffusion phase's VRAM growth."""
+
+    base = 0
+    grown = 0
+
+    def phase_start(self, phase: str, index: int, is_last: bool) -> None:
+        """Start the peak afresh at the diffusion."""
+        if phase == 'diffusion':
+            torch.cuda.synchronize()
+            _DiffusionPeak.base = torch.cuda.memory_allocated()
+            torch.cuda.reset_peak_memory_stats()
+        super().phase_start(phase, index, is_last)
+
+    def phase_end(self, phase: str, index: int) -> None:
+        """Keep the diffusion's growth over what it started with."""
+        if phase == 'diffusion':
+            grown = torch.cuda.max_memory_allocated() - _DiffusionPeak.base
+            _DiffusionPeak.grown = max(_DiffusionPeak.grown, grown)
+        super().phase_end(phase, index)
+
+
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')
-def test_cuda_row_chunks_change_no_bit_and_bound_the_transient() -> None:
+def test_cuda_row_chunks_change_no_bit_and_bound_the_transient(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """Full widths and prompt, two layers, 8 samples with guidance (16 expert rows, 8 refeed
     rows), deterministic: the masked attention in chunks of rows (the default cap) gives the
-    bits of whole calls and grows VRAM less than they do."""
+    bits of whole calls, and the diffusion grows VRAM less than with whole calls.
+
+    Measured over the diffusion phase alone, after a warm-up inference (its graphs captured
+    then), so neither graph pools nor another phase's peak enter the comparison. A whole call
+    of 16 rows holds every row's K/V at the 16 query heads (~0.42 GB at ~3,200 keys), a chunk
+    of the default cap 6 rows' (~0.16 GB): the chunks save ~0.26 GB; asserted: > 128 MiB.
+    """
+    monkeypatch.setattr(core, '_PhaseBridge', _DiffusionPeak)
     engine = Engine.from_config(EngineConfig(
         model='layers=2,vit=2,family=1.5', device='cuda', mode='preload', deterministic=True,
         max_decode_tokens=8, fixed_decode_tokens=8, diffusion_steps=2, num_samples=8,
@@ -288,17 +319,16 @@ def test_cuda_row_chunks_change_no_bit_and_bound_the_transient() -> None:
     runs = []
     try:
         raw = engine.example_input(presized=True)
-        for cap in (ROW_CHUNK_BYTES, 2**62):     # chunks first: the graphs are captured then
+        engine.infer(raw, nav_text=NAV)                 # warm-up: graphs captured here
+        for cap in (ROW_CHUNK_BYTES, 2**62):
             for module in attention:
                 module.row_chunk_bytes = cap
-            torch.cuda.synchronize()
-            base = torch.cuda.memory_allocated()
-            torch.cuda.reset_peak_memory_stats()
+            _DiffusionPeak.grown = 0
             result = engine.infer(raw, nav_text=NAV)
-            runs.append((result, torch.cuda.max_memory_allocated() - base))
+            runs.append((result, _DiffusionPeak.grown))
     finally:
         engine.close()
     (chunked, grown), (whole, grown_whole) = runs
     assert np.array_equal(chunked.samples_xyz, whole.samples_xyz)
     assert chunked.coc_token_ids == whole.coc_token_ids
-    assert grown < grown_whole - 2**28, (grown / 2**30, grown_whole / 2**30)
+    assert grown < grown_whole - 2**27, (grown / 2**30, grown_whole / 2**30)
