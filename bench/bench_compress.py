@@ -209,7 +209,7 @@ def model_rows(subject: Subject, budgets: list[str], args: argparse.Namespace,
     ref_row, ref = measure(subject, args.warmup, args.reps, None)
     rows.append({**base, 'budget_gib': None, 'plan': 'preload', **ref_row})
     LOG.info('%s', rows[-1])
-    for plan_name in ('startup-cold', 'startup-cache'):
+    for plan_name in ('startup-cold', 'startup-cache') if args.startup else ():
         if late():
             rows.append({**base, 'budget_gib': None, 'plan': plan_name,
                          'skipped': 'time budget'})
@@ -402,6 +402,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument('--warmup', type=int, default=1)
     ap.add_argument('--reps', type=int, default=3)
     ap.add_argument('--budget-s', type=float, default=580.0, help='wall-clock budget')
+    ap.add_argument('--startup', action=argparse.BooleanOptionalAction, default=True,
+                    help='the start-up rows (every layer compressed, then read from the cache); '
+                         '--no-startup leaves the time to the budget rows')
     ap.add_argument('--cache-dir', type=Path, default=None,
                     help='compression cache (default: a temporary directory, removed at the end)')
     ap.add_argument('--plan-from', default=None,

@@ -52,3 +52,11 @@ def test_one_run_gives_every_row_of_both_models(tmp_path: Path,
     out = capsys.readouterr().out.strip().splitlines()
     header = next(i for i, line in enumerate(out) if line.split()[:2] == ['model', 'budget'])
     assert len(out) - header - 1 == len(rows)
+
+
+def test_no_startup_leaves_out_the_start_up_rows(tmp_path: Path) -> None:
+    assert bench_compress.main(['--out', str(tmp_path), '--models', 'llama', '--no-startup',
+                                *ARGS]) == 0
+    plans = [r['plan'] for r in json.loads((tmp_path / 'rows.json').read_text())]
+    assert plans[0] == 'preload' and 'raw' in plans and 'compressed' in plans
+    assert not any(p.startswith('startup') for p in plans)
