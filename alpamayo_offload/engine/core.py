@@ -103,6 +103,7 @@ class Engine:
         self._layer_bytes = {name: [_module_bytes(m) for m in layers]
                              for name, layers in model.layer_sequences().items()}
         self._handed_over = False                   # set by host_model: no plan afterwards
+        self._detach_failed: str | None = None      # why the last plan's detach failed
 
     # ---------------------------------------------------------------- construction
     @classmethod
@@ -175,6 +176,9 @@ class Engine:
             raise EngineError('the model was handed over to the host (host_model): its layers '
                               'share the host store outside any runtime; load the engine again '
                               'to run a plan')
+        if self._detach_failed is not None:
+            raise EngineError(f'the previous plan could not be detached ({self._detach_failed}): '
+                              'its layers are in an unknown state; load the engine again')
         if self._runtime is not None:
             self._drop_runtime()
             if self.device.type == 'cuda':
@@ -269,13 +273,19 @@ class Engine:
     def _drop_runtime(self) -> None:
         """Release the graphs and detach the runtime; the engine holds none afterwards.
 
-        The runtime is dropped even when its detach fails, so a failed replan is not followed
-        by a second detach of half-detached layers.
+        A detach that fails leaves some layers detached and some not: the engine then refuses
+        every later plan (`replan` raises `EngineError`) rather than detach them twice or
+        attach a plan over weights in an unknown state.
         """
         runtime, self._runtime = self._runtime, None
-        if runtime is not None:
-            self._release_graphs()
+        if runtime is None:
+            return
+        self._release_graphs()
+        try:
             runtime.detach()
+        except BaseException as err:
+            self._detach_failed = f'{type(err).__name__}: {err}'
+            raise
 
     def host_model(self, pinned: bool = False) -> AlpamayoR1:
         """Detach and return the model with every weight in host memory, for another runtime.

@@ -85,6 +85,29 @@ def test_replan_and_embedding_on_host_keep_the_result(inputs, reference) -> None
     assert np.array_equal(got.samples_xyz, reference.samples_xyz)
 
 
+def test_after_a_failed_detach_the_engine_refuses_plans_by_name(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A detach that fails (e.g. out of device memory) leaves layers in an unknown state: the
+    engine holds no runtime and refuses every later plan, naming why, instead of detaching
+    half-detached layers again or attaching a plan over them."""
+    engine = Engine.from_config(EngineConfig(mode='pipelined', pin_all_layers=True, **SMALL))
+    runtime = engine._runtime
+    try:
+        with monkeypatch.context() as patch:
+            patch.setattr(runtime, 'detach', _failing_detach)
+            with pytest.raises(MemoryError):
+                engine.replan(resident={'lm': (1,)}, mode='pipelined')
+        with pytest.raises(EngineError, match='could not be detached.*MemoryError'):
+            engine.replan(resident={'lm': (1,)}, mode='pipelined')
+        engine.close()                   # nothing left to detach
+    finally:
+        runtime.detach()
+
+
+def _failing_detach() -> None:
+    raise MemoryError('device memory exhausted while detaching')
+
+
 def test_layers_pinned_once_give_the_result_under_every_plan(inputs, reference) -> None:
     """`pin_all_layers`: the layers live in one host store; replans only re-point them."""
     engine = Engine.from_config(EngineConfig(mode='pipelined', pin_all_layers=True, **SMALL))
