@@ -8,15 +8,18 @@ tokens of each row's own. A diffusion runs as `run_inference` runs it: the mask 
 `--steps` Euler steps of `Rollout.expert_step`, under autocast in BF16, on the model as the
 engine loads it by default (fused norms, rolled rotary) with the expert layers' CUDA graphs
 unless `--no-graphs` (they take inputs of at most 256 tokens: 1 row, not 16).
-Times `--runs` diffusions at 1 row and at `--rows`, each set after a warm-up, synchronised;
-then, only after timing (CUPTI left attached slows later launches; Kineto is asked to tear it
-down), profiles one step at `--rows` with `torch.profiler` and prints its `--top` kernels by
-their own device time (ops by own host time on the CPU) with their calls and the bytes they
-allocated, and the step's aten op calls and bytes. Last, it checks the bits: the diffusion at
-`--rows` again with transformers' own attention (its rotary, `repeat_kv`, SDPA casting the
-float mask and the promoted float32 keys on every call; no graphs, no row chunks) must give the
-same actions bit for bit. Writes expert_rows.json under --out; no trace file. Exits 1 if the
-bits differ.
+Times `--runs` diffusions at 1 row and at `--rows`, each set after a warm-up, synchronised; then
+the `--rows` diffusion under each `--chunk-caps` cap and with the fixed-shape parts graphed up to
+`--graph-tokens` (each variant checked bit for bit against the default first: whether fewer chunks
+or graphs at many rows pay, and what such graphs keep allocated); one step's wall time against its
+kernels' device time (host-bound when the wall is longer); then, only after timing (CUPTI left
+attached slows later launches; Kineto is asked to tear it down), profiles one step at `--rows` with
+`torch.profiler` and prints its `--top` kernels by their own device time (ops by own host time on
+the CPU) with their calls and the bytes they allocated, and the step's aten op calls and bytes.
+Last, it checks the bits: the diffusion at `--rows` again with transformers' own attention (its
+rotary, `repeat_kv`, SDPA casting the float mask and the promoted float32 keys on every call; no
+graphs, no row chunks) must give the same actions bit for bit. Writes expert_rows.json under --out;
+no trace file. Exits 1 if the bits differ.
 Runs on the CPU too (`--device cpu --layers 2 --prompt 500`).
 """
 from __future__ import annotations
@@ -44,6 +47,7 @@ from alpamayo_offload.model import (
     graph_decoder_layers,
     roll_rotary,
 )
+from alpamayo_offload.model import layer_graphs as graphs_module
 from alpamayo_offload.model.class_swap import swap_class
 from alpamayo_offload.model.config import (
     TRAJ_FUTURE_START_ID,
@@ -76,7 +80,26 @@ def register(sub: Any) -> None:
                    help='ops printed (default %(default)s)')
     p.add_argument('--graphs', action=argparse.BooleanOptionalAction, default=True,
                    help='CUDA graphs of the expert layers, as a preloaded engine has them')
+    p.add_argument('--chunk-caps', type=_mib_list, default=(),
+                   help='also time the --rows diffusion with these row-chunk caps, MiB, '
+                        'comma-separated (e.g. 128,2048: fewer chunks, fewer calls)')
+    p.add_argument('--graph-tokens', type=at_least_one, default=None,
+                   help="also time it with the layers' fixed-shape parts graphed up to this "
+                        f'many tokens (the library graphs up to '
+                        f'{graphs_module.MAX_GRAPHED_TOKENS}); prints what the graphs keep '
+                        'allocated')
     p.set_defaults(func=run)
+
+
+def _mib_list(text: str) -> tuple[int, ...]:
+    """Parse '128,2048' (MiB) -> bytes; every value at least 1."""
+    try:
+        caps = tuple(int(v) * 2**20 for v in text.split(',') if v.strip())
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f'not a list of MiB: {text!r}') from err
+    if not caps or min(caps) < 2**20:
+        raise argparse.ArgumentTypeError(f'every cap must be at least 1 MiB: {text!r}')
+    return caps
 
 
 def expert_config(layers: int) -> AlpamayoConfig:
@@ -182,7 +205,10 @@ def profile_step(diffusion: Diffusion, device: torch.device, top: int) -> dict[s
 
     ops = [e for e in events if e.key.startswith('aten::')]
     ranked = sorted(events, key=ms, reverse=True)[:top]
+    # Kernels and copies only: an op's device time repeats its kernels'.
+    device_ms = sum(_device_us(e) for e in events if not e.key.startswith('aten::')) / 1e3
     return {'time': 'device' if cuda else 'host',
+            'device_ms_total': round(device_ms, 3) if cuda else None,
             'aten_calls': sum(e.count for e in ops),
             'allocated_bytes': sum(allocated(e) for e in ops),
             'top': [{'name': e.key, 'calls': e.count, 'ms': round(ms(e), 3),
@@ -215,6 +241,44 @@ def same_bits_as_transformers(diffusion: Diffusion, graphs: LayerGraphs | None) 
     return torch.equal(ours.view(torch.uint8), theirs.view(torch.uint8))
 
 
+def time_variants(ro: Rollout, args: argparse.Namespace,
+                  device: torch.device) -> dict[str, dict[str, Any]]:
+    """Time the `--rows` diffusion under each `--chunk-caps` cap and with `--graph-tokens`.
+
+    Each variant is checked bit for bit against the default run first; the model is left as
+    it was (caps and the graphed-token limit restored).
+    """
+    diffusion = Diffusion(ro, args.rows, args.prompt, args.decoded, args.steps)
+    reference = diffusion.run()
+    attention = [m for m in ro.model.modules() if isinstance(m, RolledRotaryAttention)]
+    default_cap = attention[0].row_chunk_bytes if attention else None
+    out: dict[str, dict[str, Any]] = {}
+
+    def timed(name: str) -> dict[str, Any]:
+        same = torch.equal(diffusion.run().view(torch.uint8), reference.view(torch.uint8))
+        runs = time_ms(diffusion.run, args.runs, device)
+        out[name] = {'median_ms': round(statistics.median(runs), 2),
+                     'runs_ms': [round(t, 2) for t in runs], 'same_bits': same}
+        return out[name]
+
+    for cap in args.chunk_caps:
+        for module in attention:
+            module.row_chunk_bytes = cap
+        timed(f'chunk cap {cap // 2**20} MiB')
+    for module in attention:
+        module.row_chunk_bytes = default_cap
+    if args.graph_tokens is not None and device.type == 'cuda':
+        before = torch.cuda.memory_allocated(device)
+        limit, graphs_module.MAX_GRAPHED_TOKENS = (graphs_module.MAX_GRAPHED_TOKENS,
+                                                   args.graph_tokens)
+        try:
+            row = timed(f'graphed up to {args.graph_tokens} tokens')
+        finally:
+            graphs_module.MAX_GRAPHED_TOKENS = limit
+        row['graph_mib'] = (torch.cuda.memory_allocated(device) - before) / 2**20
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     """Time 1 row and `--rows`, profile a step at `--rows`, print and write expert_rows.json."""
     out = out_dir(args)
@@ -227,6 +291,9 @@ def run(args: argparse.Namespace) -> int:
         timings[rows] = {'median_ms': round(statistics.median(runs), 2),
                          'runs_ms': [round(t, 2) for t in runs]}
         del diffusion
+    variants = time_variants(ro, args, device)
+    step_ms = time_ms(Diffusion(ro, args.rows, args.prompt, args.decoded, 1).step, args.runs,
+                      device)
     os.environ.setdefault('TEARDOWN_CUPTI', '1')     # before the profiler first starts
     profile = profile_step(Diffusion(ro, args.rows, args.prompt, args.decoded, args.steps),
                            device, args.top)
@@ -236,7 +303,14 @@ def run(args: argparse.Namespace) -> int:
           f'{args.decoded} tokens, {device}, graphs {args.graphs and device.type == "cuda"}')
     for rows, timing in timings.items():
         print(f'  {rows:3d} rows: {timing["median_ms"]:9.2f} ms (median of {args.runs})')
-    print(f'one step at {args.rows} rows: {profile["aten_calls"]} aten calls, '
+    for name, timing in variants.items():
+        print(f'  {args.rows:3d} rows, {name}: {timing["median_ms"]:9.2f} ms'
+              + (f' (graphs keep {timing["graph_mib"]:.0f} MiB)' if 'graph_mib' in timing
+                 else ''))
+    device_ms = profile['device_ms_total']
+    print(f'one step at {args.rows} rows: wall {statistics.median(step_ms):.2f} ms'
+          + (f', kernels {device_ms:.2f} ms' if device_ms is not None else '')
+          + f', {profile["aten_calls"]} aten calls, '
           f'{profile["allocated_bytes"] / 2**20:.0f} MiB allocated; top ops by '
           f'{profile["time"]} time:')
     print(f'  {"op":48s} {"calls":>6s} {"ms":>9s} {"alloc MiB":>10s}')
@@ -248,5 +322,6 @@ def run(args: argparse.Namespace) -> int:
         {'rows': args.rows, 'layers': args.layers, 'prompt': args.prompt,
          'decoded': args.decoded, 'steps': args.steps, 'device': str(device),
          'graphs': args.graphs and device.type == 'cuda', 'timings': timings,
+         'variants': variants, 'step_wall_ms': [round(t, 3) for t in step_ms],
          'step_profile': profile, 'same_bits_as_transformers': exact}, indent=1))
-    return 0 if exact else 1
+    return 0 if exact and all(v['same_bits'] for v in variants.values()) else 1
