@@ -17,20 +17,20 @@ In both of the runtime's modes a layer still in its slot from its previous pass 
 again: a sequence streaming no more layers than there are slots streams nothing after its first
 pass (a near-resident plan that streams two LM layers copies them once, not every decode pass).
 
-A third engine is the host thread that issues the work: a layer's compute cannot start before
-the host reached its call, nor end before the host issued its last kernel; a prefetch copy
-cannot start before the host issued it (in the previous streamed layer's hook); a pass that
-reads a device value on the host (`host_waits`, or the host-side embedding gather) first waits
-for the compute engine. With everything resident, a pass therefore costs its host issue time
-when that is longer than its compute (a decode pass of small kernels on a slow host). A resident
-call costs the host its layer's issue time as timed on resident layers (`host_layer_ms`; a
-graphed call where the engine replays resident layers as CUDA graphs); a streamed call, never
-graphed, costs its eager issue time (`host_streamed_layer_ms`, several times a graphed one) plus
-the runtime's streaming hooks (`host_stream_ms`). Without host terms (zeros) the host never
-delays anything and the replay is the two-engine one above. A pass that waits only for the
-host-side gather waits right before the model's forward, so only the gather and the forward's
-prologue (`host_prologue_ms`) follow the wait; the rest of the lead overlaps the previous
-pass's compute.
+A third engine is the host thread that issues the work: a layer's compute cannot start before the
+host reached its call, nor end before the host issued its last kernel; a prefetch copy cannot start
+before the host issued it (in the previous streamed layer's hook); a pass that reads a device value
+on the host (`host_waits`, or the host-side embedding gather) first waits for the compute engine.
+With everything resident, a pass therefore costs its host issue time when that is longer than its
+compute (a decode pass of small kernels on a slow host). A resident call costs the host its layer's
+issue time as timed on resident layers (`host_layer_ms`; a graphed call where the engine replays
+resident layers as CUDA graphs); a streamed call costs its own issue time as the profile's engine
+ran streamed calls (`host_streamed_layer_ms`: eager, several times a graphed one, or replayed by
+slot, which also takes the slot's graph key and clones the output) plus the runtime's streaming
+hooks (`host_stream_ms`). Without host terms (zeros) the host never delays anything and the replay
+is the two-engine one above. A pass that waits only for the host-side gather waits right before the
+model's forward, so only the gather and the forward's prologue (`host_prologue_ms`) follow the
+wait; the rest of the lead overlaps the previous pass's compute.
 
 Compression adds a fourth engine, the decompression stream, and four placements per layer:
 resident raw; kept compressed in VRAM (`Placement.compressed`: no copy, its decompression into

@@ -145,8 +145,9 @@ class PhaseProfile:
     call of resident layer i (Python, kernel launches; a graphed call where the engine replays
     resident layers as CUDA graphs), timed on resident layers where the profiler had the VRAM
     (`settings['host_timed_resident_layers']` counts them per sequence);
-    `host_streamed_layer_ms[i]` what layer i's call costs eagerly, as a streamed (never graphed)
-    call does beyond the hooks (empty: the same as `host_layer_ms`, an engine without graphs);
+    `host_streamed_layer_ms[i]` what layer i's call costs as a streamed call beyond the hooks,
+    eager or replayed by slot as the profile's engine ran streamed calls (empty: the same as
+    `host_layer_ms`: an engine without graphs, or a profile that did not time them apart);
     `host_stream_ms` the extra CPU time of a streamed call, spent in the runtime's hooks (slot
     binding, issuing the next copy), which a resident layer does not run; `host_lead_ms` the
     CPU time of a pass outside its layers (embedding, masks, positions, the previous pass's

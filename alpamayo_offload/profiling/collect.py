@@ -194,7 +194,7 @@ def _resident_issue(streamed: tuple[float, ...],
 
 def with_host_terms(profile: Profile, host_calls: Iterable[Any], *,
                     host_ms: float | None = None, resident_calls: Iterable[Any] = (),
-                    eager_calls: Iterable[Any] = ()) -> Profile:
+                    eager_calls: Iterable[Any] = (), streamed_graphed: bool = False) -> Profile:
     """Return `profile` with the host issue terms of a host-timed run (and a steady host_ms).
 
     Each record has `sequence`, `layer`, `repetition` (as in the runtime's calls), `issue_ms`
@@ -214,9 +214,17 @@ def with_host_terms(profile: Profile, host_calls: Iterable[Any], *,
 
     `eager_calls`, from the same plan with its resident layers run eagerly, where
     `resident_calls` replayed them as CUDA graphs: they give the issue times of streamed calls
-    (`host_streamed_layer_ms`), which are never graphed. The first call of a pass recording
-    `prologue_ms` in every pass gives `host_prologue_ms` (their median).
+    (`host_streamed_layer_ms`) for an engine that runs its streamed layers eagerly.
+    `streamed_graphed`: the engine replays its streamed layers as CUDA graphs by slot, as
+    `host_calls` ran them, so their issue times (hooks excluded) are `host_streamed_layer_ms`:
+    a streamed graphed call also takes its slot's graph key and clones the graph's output,
+    which a resident graphed call does not. The first call of a pass recording `prologue_ms` in
+    every pass gives `host_prologue_ms` (their median).
     """
+    eager_calls = list(eager_calls)
+    if streamed_graphed and eager_calls:
+        raise ValueError('eager_calls time streamed calls that run eagerly; with '
+                         'streamed_graphed the streamed run itself times them')
     guidance = profile.workload.guidance
     by_phase = _host_table(host_calls, guidance)
     resident_by_phase = _host_table(resident_calls, guidance, resident_only=True)
@@ -236,7 +244,7 @@ def with_host_terms(profile: Profile, host_calls: Iterable[Any], *,
         lead = statistics.median(sum(c[1] for c in calls.values()) for calls in passes)
         stream = statistics.median(c[2] for calls in passes for c in calls.values())
         prologues = [calls[0][3] for calls in passes]
-        eager: tuple[float, ...] = ()
+        eager: tuple[float, ...] = issue if streamed_graphed else ()
         if any(eager_by_phase.get(phase.name, ())):
             eager = _resident_issue(issue, eager_by_phase[phase.name])
         if any(resident_by_phase.get(phase.name, ())):

@@ -411,19 +411,19 @@ def add_host_terms(engine: Any, model_input: Any, profile: Profile, runs: int) -
     Measured on `engine` re-attached pipelined (no VRAM cap): the streaming hooks' time with
     nothing resident; with as many layers resident as the free VRAM allows
     (`calibration_placement`), the phase walls of `runs` plain inferences (kept in
-    `settings['calibration_walls_ms']`, the host-bound phases' too), to which the phases'
-    non-layer times are fitted (`collect.with_fitted_tails`), and each layer call's own time
+    `settings['calibration_walls_ms']`, the host-bound phases' too), to which the phases' non-layer
+    times are fitted (`collect.with_fitted_tails`), and each layer call's own time
     (`collect.with_host_terms` says why), replayed as CUDA graphs when the engine graphs its
-    resident layers and then once more eagerly, as streamed calls run (unless the engine
-    graphs its streamed layers too, `stream_graphs`); then the
-    pre/postprocessing, nothing resident again: timed last, after the process has settled, it
-    matches what later inferences measure (timed first, right after the instrumented run, it
-    came out 30-60 % high). The pinned copy rate is probed again after the resident runs and at
-    the end, and the highest of the three probes kept: single probes dip by up to 1.4 % for a
-    while, which would predict every copy-bound phase that much slow. The CPU's kernel-issue
-    speed is probed before and after the resident layers' host calls (`host_issue_us`), so a
-    later run can tell how fast the CPU was then. The engine is left pipelined with nothing
-    resident (a second `host_issue_calls` may follow).
+    resident layers and then once more eagerly, as streamed calls run (unless the engine graphs its
+    streamed layers too, `stream_graphs`: the run with nothing resident then times the streamed
+    calls as plans run them); then the pre/postprocessing, nothing resident again: timed last,
+    after the process has settled, it matches what later inferences measure (timed first, right
+    after the instrumented run, it came out 30-60 % high). The pinned copy rate is probed again
+    after the resident runs and at the end, and the highest of the three probes kept: single probes
+    dip by up to 1.4 % for a while, which would predict every copy-bound phase that much slow. The
+    CPU's kernel-issue speed is probed before and after the resident layers' host calls
+    (`host_issue_us`), so a later run can tell how fast the CPU was then. The engine is left
+    pipelined with nothing resident (a second `host_issue_calls` may follow).
     """
     if profile.workload.guidance and getattr(model_input, 'nav_text', None) is None:
         raise PlanningError('the profile ran navigation guidance but this input has no route '
@@ -480,5 +480,7 @@ def add_host_terms(engine: Any, model_input: Any, profile: Profile, runs: int) -
                   'calibration_walls_ms': walls,
                   'pinned_h2d_gbps_probes': probes, 'host_issue_probe_us': issue})
     profile = with_host_terms(profile, streamed, host_ms=statistics.median(host),
-                              resident_calls=resident_calls, eager_calls=eager_calls)
+                              resident_calls=resident_calls, eager_calls=eager_calls,
+                              streamed_graphed=bool(engine.config.layer_graphs
+                                                    and engine.config.stream_graphs))
     return profile if placement is None else with_fitted_tails(profile, placement, walls)

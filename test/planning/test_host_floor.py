@@ -174,6 +174,24 @@ def test_with_host_terms_takes_eager_issue_times_and_the_prologue() -> None:
     assert plain.phases[0].host_streamed_layer_ms == ()
 
 
+def test_streamed_graphed_calls_keep_their_own_issue_times() -> None:
+    """An engine that replays streamed layers by slot: the streamed run times the streamed calls
+    as plans run them, so their issue times (hooks excluded) stay `host_streamed_layer_ms`
+    while resident calls take the resident run's."""
+    streamed = [{'sequence': 'lm', 'layer': i, 'repetition': r, 'issue_ms': 0.9 + 0.1 * i,
+                 'stream_ms': 0.5, 'gap_ms': 0.1, 'resident': False}
+                for r in range(4) for i in range(N)]
+    graphed = [dict(c, issue_ms=0.2, stream_ms=0.0, resident=True) for c in streamed]
+    decode = with_host_terms(_profile(), streamed, resident_calls=graphed,
+                             streamed_graphed=True).phases[0]
+    assert decode.host_layer_ms == pytest.approx((0.2,) * N)
+    assert decode.host_streamed_layer_ms == pytest.approx(tuple(0.4 + 0.1 * i for i in range(N)))
+    assert decode.host_streamed_issue_ms() == decode.host_streamed_layer_ms
+    with pytest.raises(ValueError, match='streamed_graphed'):
+        with_host_terms(_profile(), streamed, resident_calls=graphed, eager_calls=graphed,
+                        streamed_graphed=True)
+
+
 def test_only_the_gather_and_the_prologue_follow_a_host_gather_wait() -> None:
     """Embedding on the host: the pass waits right before the forward; the lead before the
     gather overlaps the previous pass's compute. Without a measured prologue, all of it waits."""
