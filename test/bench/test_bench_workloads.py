@@ -40,6 +40,8 @@ def test_smoke_1_5_runs_every_workload_bit_exact_and_reports(
     doc = json.loads((out / 'bench_workloads.json').read_text())
     names = [t['name'] for t in doc['targets']]
     assert 's16 / s1 at 0.6 GiB' in names and 'nav1 / s1 at 0.6 GiB' in names
+    ratio = next(t for t in doc['targets'] if t['name'] == 's16 / s1 at 0.6 GiB')
+    assert ratio['measured'].count(' s raw') == 2       # each plan's streaming named
     assert doc['meta']['profiles']['nav16'] == {'path': 'synthetic', 'measured_here': False,
                                                 'link_gbps': 1.0}
     printed = capsys.readouterr().out.splitlines()
