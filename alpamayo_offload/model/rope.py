@@ -96,13 +96,15 @@ class RolledRotaryAttention(Qwen3VLTextAttention):
         """
         attend = with_fast_masked_repeat(ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, eager_attention_forward))
+        heads_repeat = 1
         if attention_mask is not None and attend is masked_sdpa_attention and takes_over(
                 self, key, value, attention_mask, **kwargs):
             query, key, value, attention_mask = as_autocast_inputs(
                 autocast_dtype(query.device), query, key, value, attention_mask)
+            heads_repeat = query.shape[1] // key.shape[1]
         return attend_in_row_chunks(
             self, attend, query, key, value, attention_mask, past_key_values,
-            cap=self.row_chunk_bytes,
+            cap=self.row_chunk_bytes, heads_repeat=heads_repeat,
             dropout=0.0 if not self.training else self.attention_dropout, scaling=self.scaling,
             **kwargs)
 

@@ -27,7 +27,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from .masked_sdpa import masked_sdpa_attention, takes_over
 from .shared_prefix_cache import SharedPrefixCache, SharedPrefixLayer
 
 # Largest transient of one chunk: about one sample's prefill transient on Alpamayo 1.5
@@ -70,15 +69,15 @@ def chunk_transient_bytes(rows: int, row_bytes: int, cap: int = ROW_CHUNK_BYTES)
 def attend_in_row_chunks(module: nn.Module, attend: Attention, query: torch.Tensor,
                          key: torch.Tensor, value: torch.Tensor,
                          attention_mask: torch.Tensor | None, cache: Any,
-                         cap: int = ROW_CHUNK_BYTES, **kwargs: Any,
+                         cap: int = ROW_CHUNK_BYTES, heads_repeat: int = 1, **kwargs: Any,
                          ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Append key and value to `cache`, then `attend` -> (output before o_proj, weights).
 
     A masked call of several rows over a `SharedPrefixCache` runs in chunks of rows of at most
     `cap` bytes of transient (module docstring), one chunk when all fit; anything else as one
-    call, as before. When `attend` is `masked_sdpa_attention` and takes the call over, each
-    chunk's K/V is built at the query heads directly (`SharedPrefixLayer.rows_kv`), the values
-    and layout its repeat would make.
+    call, as before. `heads_repeat` r > 1 (the caller found that `masked_sdpa_attention` takes
+    the call over, `masked_sdpa.takes_over`): each chunk's K/V is built at r times the K/V
+    heads directly (`SharedPrefixLayer.rows_kv`), the values and layout its repeat would make.
     """
     layer = _chunkable_layer(module, query, attention_mask, cache)
     if layer is None:
@@ -88,12 +87,10 @@ def attend_in_row_chunks(module: nn.Module, attend: Attention, query: torch.Tens
     keys = layer.get_seq_length() + key.shape[-2]
     step = rows_per_chunk(keys * masked_attention_key_bytes(
         key.shape[1], query.shape[1], query.shape[-1], query.shape[-2], key.element_size()), cap)
-    repeat = query.shape[1] // key.shape[1] if attend is masked_sdpa_attention and takes_over(
-        module, key, value, attention_mask, **kwargs) else 1
     layer.append(key, value)
     outputs, weights = [], []
     # one buffer for every chunk's K/V, its shared prefix written once (`chunks_kv`)
-    for start, stop, (rows_key, rows_value) in layer.chunks_kv(step, repeat):
+    for start, stop, (rows_key, rows_value) in layer.chunks_kv(step, heads_repeat):
         mask = attention_mask if attention_mask.shape[0] == 1 else attention_mask[start:stop]
         out, w = attend(module, query[start:stop], rows_key, rows_value, mask, **kwargs)
         outputs.append(out)
