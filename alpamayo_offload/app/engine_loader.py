@@ -197,7 +197,7 @@ def _first_that_fits(config: EngineConfig, configured: _Plan,
 
 def _replan(profile_ref: str, budget: ResolvedBudget, model: str,
             gpu_name: str | None, *, max_decode_tokens: int | None = None,
-            fused_norms: bool, stream_graphs: bool = True, cpu_headroom: float = 1.0,
+            fused_norms: bool, stream_graphs: bool, cpu_headroom: float = 1.0,
             workload: Workload | None = None) -> _Plan | None:
     """Return the planner's placement for this budget from the plan file's profile, if usable.
 

@@ -63,8 +63,8 @@ class EngineConfig:
     as CUDA graphs in decode and diffusion (model/layer_graphs.py: fewer kernels for the host
     to issue, bit-identical output); CUDA only. `stream_graphs` graphs the streamed ones too,
     by the slot they run from (one slot's graphs serve every layer of a sequence streamed
-    through it; on by default: bit-identical, and the host issues a streamed layer's kernels
-    in less time than its copy takes, which made diffusion host-bound without them).
+    through it; on by default: bit-identical, and eager streamed layers made diffusion
+    host-bound: issuing their kernels took the host longer than copying the layers).
     `compression` compresses streamed layers losslessly once at attach and decompresses them on
     the GPU before each pass (runtime/codec.py): `auto` where nvCOMP imports on CUDA, else raw
     with one log line; `on` requires nvCOMP on CUDA (the zlib codec on the CPU); `off` (the

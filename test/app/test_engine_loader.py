@@ -20,6 +20,9 @@ from alpamayo_offload.planning.predictor import Placement
 from alpamayo_offload.planning.profile import load_profile
 from testkit.paper import table3_profile
 
+# The kernel settings the node runs by default, as its loader passes them on.
+KERNELS = dict(fused_norms=True, stream_graphs=True)
+
 ALL_RESIDENT = {'resident_layers.vit': [0, 1, 2, 3], 'resident_layers.lm': [0, 1, 2],
                 'resident_layers.expert': [0, 1, 2]}
 
@@ -81,15 +84,15 @@ def test_replan_takes_the_planner_placement_only_from_the_matching_profile(
     path = tmp_path / 'profile.json'
     ref = profile_ref(path, save_profile(profile, path))
     budget = ResolvedBudget('free-2GiB', 10 * 2**30, 12 * 2**30)
-    got = _replan(ref, budget, 'full', None, fused_norms=True)
+    got = _replan(ref, budget, 'full', None, **KERNELS)
     want = plan(profile, 10 * 2**30, PlannerOptions()).placement
     assert got is not None and got.source == f're-planned from {path}'
     assert {m: tuple(v) for m, v in got.resident.items()} == \
         {m: want.indices(m) for m in ('vit', 'lm', 'expert')}
-    assert _replan(ref, budget, 'tiny', None, fused_norms=True) is None   # another model
+    assert _replan(ref, budget, 'tiny', None, **KERNELS) is None   # another model
     assert _replan(str(path) + '#sha256=00', budget, 'full', None,
-                   fused_norms=True) is None                               # file changed
-    assert _replan('', budget, 'full', None, fused_norms=True) is None
+                   **KERNELS) is None                               # file changed
+    assert _replan('', budget, 'full', None, **KERNELS) is None
 
 
 def test_replan_keeps_the_plan_files_cpu_headroom(caplog: pytest.LogCaptureFixture) -> None:
@@ -101,11 +104,11 @@ def test_replan_keeps_the_plan_files_cpu_headroom(caplog: pytest.LogCaptureFixtu
     ref = profile_ref(path, digest)
     budget = ResolvedBudget('16GiB', 16 * 2**30, None)
     for headroom in (1.0, 3.0):
-        got = _replan(ref, budget, 'full', None, fused_norms=True, cpu_headroom=headroom)
+        got = _replan(ref, budget, 'full', None, **KERNELS, cpu_headroom=headroom)
         want = plan(profile, 16 * 2**30, PlannerOptions(cpu_headroom=headroom)).placement
         assert got is not None and {m: tuple(v) for m, v in got.resident.items()} == \
             {m: want.indices(m) for m in ('vit', 'lm', 'expert')}
-    assert _replan(ref, budget, 'full', None, fused_norms=True, cpu_headroom=0.5) is None
+    assert _replan(ref, budget, 'full', None, **KERNELS, cpu_headroom=0.5) is None
     assert 'plan.cpu_headroom 0.5' in caplog.text
 
 

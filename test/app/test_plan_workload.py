@@ -24,6 +24,9 @@ from alpamayo_offload.planning import ProfiledWorkload, Workload, save_profile
 from alpamayo_offload.planning.params import profile_ref
 from testkit.paper import table3_profile
 
+# The kernel settings the node runs by default, as its loader passes them on.
+KERNELS = dict(fused_norms=True, stream_graphs=True)
+
 PLANNED = {'plan.workload.num_samples': 1, 'plan.workload.guidance': False,
            'plan.workload.cameras': 4, 'plan.workload.decode_passes': 21,
            'plan.workload.diffusion_steps': 10}
@@ -87,11 +90,11 @@ def test_the_re_plan_asks_for_the_nodes_workload(tmp_path: Path,
     path = tmp_path / 'profile.json'
     ref = profile_ref(path, save_profile(profile, path))
     budget = ResolvedBudget('16GiB', 16 * 2**30, None)
-    same = _replan(ref, budget, 'full', None, fused_norms=True,
+    same = _replan(ref, budget, 'full', None, **KERNELS,
                    workload=Workload(num_samples=1, guidance=False, cameras=4))
     assert same is not None and same.resident
     with caplog.at_level(logging.WARNING):
-        other = _replan(ref, budget, 'full', None, fused_norms=True,
+        other = _replan(ref, budget, 'full', None, **KERNELS,
                         workload=Workload(num_samples=16, guidance=False, cameras=4))
     assert other is None
     assert 'workload num_samples 16 differs from the profile' in caplog.text
