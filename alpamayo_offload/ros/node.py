@@ -52,7 +52,7 @@ from diagnostic_msgs.msg import DiagnosticArray
 from nav_msgs.msg import Odometry, Path
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.clock import Clock, ClockType
-from rclpy.executors import ExternalShutdownException
+from rclpy.executors import Executor, ExternalShutdownException
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
@@ -679,11 +679,30 @@ def run(node: AlpamayoOffloadNode) -> int:
                 executor.spin_once(timeout_sec=0.1)
             node.publish_diagnostics()
     finally:
-        # Also when Ctrl-C interrupts a spin: the EventsExecutor aborts the process if it is
-        # destroyed with the node's callbacks still registered, so they leave it first.
-        executor.remove_node(node)
-        executor.shutdown()
+        leave_executor(executor, node)
     return node.exit_code or 0
+
+
+def leave_executor(executor: Executor, node: LifecycleNode) -> None:
+    """Remove `node` from `executor` and shut it down, even through a stop signal.
+
+    The EventsExecutor aborts the process if it is destroyed with the node's callbacks still
+    registered, so they must leave it before it goes. A stop signal can interrupt this: rclpy's
+    handler shuts the context down at once (the spin loop ends) while the process's own handler
+    (`app.stop_signals`: `SystemExit(0)`) runs at the next Python instruction, which may be in
+    the middle of these two steps. A step so interrupted is run again (both are no-ops once
+    done), and the stop is raised once both are done.
+    """
+    stop: BaseException | None = None
+    for step in (lambda: executor.remove_node(node), executor.shutdown):
+        while True:
+            try:
+                step()
+                break
+            except (SystemExit, KeyboardInterrupt) as err:
+                stop = err
+    if stop is not None:
+        raise stop
 
 
 def main(args: list[str] | None = None, engine_loader: EngineLoader = load_node_engine) -> None:

@@ -4,10 +4,13 @@ from __future__ import annotations
 import pytest
 import rclpy
 from rclpy.executors import SingleThreadedExecutor
+from rclpy.node import Node
+from std_msgs.msg import String
 
 from alpamayo_offload.app import schema
 from alpamayo_offload.app.config import config_from_values
 from alpamayo_offload.ros.executor import EXECUTOR_MAKERS, make_executor
+from alpamayo_offload.ros.node import leave_executor
 
 
 def test_inference_executor_default_is_events() -> None:
@@ -38,4 +41,53 @@ def test_make_executor_gives_the_kind_asked_for(kind: str) -> None:
         assert isinstance(executor, SingleThreadedExecutor) == (kind == 'single')
         executor.shutdown()
     finally:
+        rclpy.try_shutdown(context=ctx)
+
+
+class _StoppedOnce:
+    """A real executor whose first `remove_node` is hit by a stop signal's `SystemExit(0)`.
+
+    `before`: the stop lands before the removal ran (at the `finally`'s first instruction);
+    otherwise right after it returned. Records the steps that ran to completion.
+    """
+
+    def __init__(self, executor: object, before: bool) -> None:
+        self.executor, self.before, self.done, self.stopped = executor, before, [], False
+
+    def remove_node(self, node: object) -> None:
+        if not self.stopped and self.before:
+            self.stopped = True
+            raise SystemExit(0)
+        self.executor.remove_node(node)
+        self.done.append('remove_node')
+        if not self.stopped:
+            self.stopped = True
+            raise SystemExit(0)
+
+    def shutdown(self) -> None:
+        self.executor.shutdown()
+        self.done.append('shutdown')
+
+
+@pytest.mark.parametrize('before', [True, False], ids=['before-removal', 'after-removal'])
+def test_a_stop_during_teardown_still_leaves_the_executor_clean(before: bool) -> None:
+    """The node's callbacks leave the EventsExecutor (which aborts the process when destroyed
+    with callbacks registered) even when a stop signal's SystemExit lands mid-teardown; the stop
+    is raised once the executor is shut down."""
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx)
+    node = Node('leave_probe', context=ctx)
+    try:
+        node.create_subscription(String, 'probe', lambda _msg: None, 10)
+        executor, _ = make_executor('events', ctx)
+        executor.add_node(node)
+        executor.spin_once(timeout_sec=0.1)
+        interrupted = _StoppedOnce(executor, before)
+        with pytest.raises(SystemExit) as stop:
+            leave_executor(interrupted, node)
+        assert stop.value.code == 0
+        # an interrupted step runs again (a second removal is a no-op), then the shutdown
+        assert interrupted.done == ['remove_node'] * (1 if before else 2) + ['shutdown']
+    finally:
+        node.destroy_node()
         rclpy.try_shutdown(context=ctx)
